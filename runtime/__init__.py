@@ -1,0 +1,1 @@
+"""bubblescope.runtime: runs lowered schedules on torch.distributed point-to-point."""

@@ -1,0 +1,29 @@
+"""bubblescope.schedules: pipeline schedules defined once as instruction streams.
+
+Pure Python (no torch, no simpy). Build a schedule by name, lower it to per-rank
+streams with point-to-point actions, validate, and read or write it as CSV or JSON.
+"""
+
+from .errors import ScheduleError
+from .ir import Action, Kind
+from .lowering import lower
+from .registry import available, build, generator, register
+from .schedule import Program, Schedule
+from .validate import validate
+
+# Generator modules register themselves on import; one module per schedule.
+from . import gpipe, one_f_one_b, interleaved  # noqa: E402,F401  isort: skip
+
+__all__ = [
+    "Action",
+    "Kind",
+    "Program",
+    "Schedule",
+    "ScheduleError",
+    "available",
+    "build",
+    "generator",
+    "lower",
+    "register",
+    "validate",
+]

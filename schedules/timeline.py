@@ -1,0 +1,91 @@
+"""The one timeline table schema, shared by the simulator and the executor.
+
+A timeline is a pandas DataFrame with one row per executed action:
+
+==========  =======  ==========================================================
+column      dtype    meaning
+==========  =======  ==========================================================
+step        int64    training step (0 for a simulation; 0..n-1 for a measured run)
+rank        int64    pipeline rank that ran the action
+stage       int64    pipeline stage of the action (for SEND/RECV: as in the action text)
+chunk       int64    index of that stage among its rank's stages (0..v-1)
+microbatch  int64    microbatch index
+kind        str      F, B, I, W, SEND_F, RECV_F, SEND_B or RECV_B
+action      str      the action's text form, e.g. ``4F3`` or ``2SEND_B3``
+start       float64  seconds from the step's start (rank clocks aligned at the step start)
+end         float64  seconds from the step's start
+peer        int64    the other rank of a SEND/RECV; -1 for compute actions
+source      str      "sim" or "measured"
+==========  =======  ==========================================================
+
+For a SEND, [start, end] is the transfer on the wire (simulated) or the time from
+posting the send to its completion (measured). For a RECV it is the time the rank
+waited for the data (from reaching the RECV until the data was there).
+
+A memory table has one row per change of activation memory on a rank:
+step (int64), rank (int64), time (float64 seconds), bytes (int64, activation bytes
+held after the change), source (str).
+
+This module names the columns and converts rows and CSV files into typed frames;
+pandas is imported lazily so that `schedules` itself stays light.
+"""
+
+from __future__ import annotations
+
+TIMELINE_COLUMNS: tuple[str, ...] = (
+    "step", "rank", "stage", "chunk", "microbatch", "kind", "action", "start", "end", "peer", "source",
+)
+TIMELINE_DTYPES: dict[str, str] = {
+    "step": "int64", "rank": "int64", "stage": "int64", "chunk": "int64", "microbatch": "int64",
+    "kind": "str", "action": "str", "start": "float64", "end": "float64", "peer": "int64", "source": "str",
+}
+MEMORY_COLUMNS: tuple[str, ...] = ("step", "rank", "time", "bytes", "source")
+MEMORY_DTYPES: dict[str, str] = {
+    "step": "int64", "rank": "int64", "time": "float64", "bytes": "int64", "source": "str",
+}
+SOURCES = ("sim", "measured")
+
+
+def missing_columns(columns, expected: tuple[str, ...]) -> list[str]:
+    """Columns of `expected` absent from `columns` (for clear errors on malformed tables)."""
+    present = set(columns)
+    return [c for c in expected if c not in present]
+
+
+def _frame(rows, columns: tuple[str, ...], dtypes: dict[str, str]):
+    import pandas as pd
+
+    frame = pd.DataFrame.from_records(list(rows), columns=list(columns))
+    return frame.astype(dtypes)
+
+
+def timeline_frame(rows):
+    """A typed timeline DataFrame from tuples in TIMELINE_COLUMNS order (or dicts)."""
+    return _frame(rows, TIMELINE_COLUMNS, TIMELINE_DTYPES)
+
+
+def memory_frame(rows):
+    """A typed memory DataFrame from tuples in MEMORY_COLUMNS order (or dicts)."""
+    return _frame(rows, MEMORY_COLUMNS, MEMORY_DTYPES)
+
+
+def read_table(path, kind: str = "timeline"):
+    """Read a timeline or memory CSV, checking its columns; raises ScheduleError if malformed."""
+    import pandas as pd
+
+    from .errors import ScheduleError
+
+    columns, dtypes = (
+        (TIMELINE_COLUMNS, TIMELINE_DTYPES) if kind == "timeline" else (MEMORY_COLUMNS, MEMORY_DTYPES)
+    )
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, ValueError) as exc:
+        raise ScheduleError(f"cannot read {kind} table {path}: {exc}") from None
+    missing = missing_columns(frame.columns, columns)
+    if missing:
+        raise ScheduleError(f"{path} is not a {kind} table: missing columns {', '.join(missing)}")
+    try:
+        return frame[list(columns)].astype(dtypes)
+    except (TypeError, ValueError) as exc:
+        raise ScheduleError(f"{path}: a {kind} column has a malformed value ({exc})") from None

@@ -1,0 +1,195 @@
+"""Validation of schedules and programs.
+
+Every failure raises ScheduleError with a message of the form
+``[rule] rank R: ACTION ...`` so that the rule, the rank and the offending action
+are all named. The deadlock check runs the program abstractly: compute and sends
+never block, a RECV blocks its rank until the matching SEND has been issued.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from .errors import ScheduleError
+from .ir import Action, Kind
+from .lowering import incoming, insert_comms, outgoing
+from .schedule import Program, Schedule
+
+
+def validate(obj: Schedule | Program) -> None:
+    """Check every rule for a Schedule or a Program; raises ScheduleError."""
+    if isinstance(obj, Program):
+        check_rules(obj.schedule)
+        check_program(obj)
+    elif isinstance(obj, Schedule):
+        check_rules(obj)
+        check_program(insert_comms(obj))
+    else:
+        raise TypeError(f"validate() takes a Schedule or a Program, not {type(obj).__name__}")
+
+
+def _fail(rule: str, where: str, text: str) -> ScheduleError:
+    return ScheduleError(f"[{rule}] {where}: {text}")
+
+
+def check_rules(schedule: Schedule) -> None:
+    """Sizes, placement, index ranges, completeness and same-rank ordering."""
+    p, m, v = schedule.ranks, schedule.microbatches, schedule.chunks
+    if p < 1 or m < 1 or v < 1:
+        raise _fail("sizes", "schedule", f"ranks, microbatches and chunks must be >= 1 (got p={p}, m={m}, v={v})")
+    s2r = schedule.stage_to_rank
+    if len(s2r) != p * v:
+        raise _fail("placement", "schedule", f"{len(s2r)} stages placed, expected ranks*chunks = {p * v}")
+    for stage, rank in enumerate(s2r):
+        if not 0 <= rank < p:
+            raise _fail("placement", f"stage {stage}", f"placed on rank {rank}, outside 0..{p - 1}")
+    for rank, held in enumerate(schedule.rank_stages):
+        if len(held) != v:
+            raise _fail("placement", f"rank {rank}", f"holds stages {list(held)}; every rank must hold {v}")
+    if len(schedule.order) != p:
+        raise _fail("sizes", "schedule", f"order has {len(schedule.order)} rows, expected one per rank ({p})")
+
+    num_stages = p * v
+    seen: dict[Action, tuple[int, int]] = {}
+    for rank, row in enumerate(schedule.order):
+        for pos, action in enumerate(row):
+            where = f"rank {rank}, position {pos}"
+            if not action.kind.is_compute:
+                raise _fail("compute-only", where, f"{action} is a communication action; a Schedule holds F/B/I/W only")
+            if not 0 <= action.stage < num_stages:
+                raise _fail("stage-range", where, f"{action} names stage {action.stage}, outside 0..{num_stages - 1}")
+            if not 0 <= action.microbatch < m:
+                raise _fail("microbatch-range", where, f"{action} names microbatch {action.microbatch}, outside 0..{m - 1}")
+            if s2r[action.stage] != rank:
+                raise _fail("placement", where, f"{action} runs stage {action.stage}, which sits on rank {s2r[action.stage]}")
+            if action in seen:
+                raise _fail("duplicate", where, f"{action} appears twice (first at position {seen[action][1]})")
+            seen[action] = (rank, pos)
+
+    for stage in range(num_stages):
+        rank = s2r[stage]
+        for mb in range(m):
+            acts = {k: Action(stage, k, mb) for k in (Kind.F, Kind.B, Kind.I, Kind.W)}
+            has = {k: a in seen for k, a in acts.items()}
+            where = f"rank {rank}"
+            if not has[Kind.F]:
+                raise _fail("missing-forward", where, f"{acts[Kind.F]} never runs")
+            if has[Kind.B] and (has[Kind.I] or has[Kind.W]):
+                raise _fail("backward-split", where, f"{acts[Kind.B]} and a split backward ({acts[Kind.I]}/{acts[Kind.W]}) both run")
+            if not has[Kind.B] and not (has[Kind.I] and has[Kind.W]):
+                if has[Kind.I]:
+                    raise _fail("missing-backward", where, f"{acts[Kind.I]} runs but {acts[Kind.W]} never does")
+                if has[Kind.W]:
+                    raise _fail("missing-backward", where, f"{acts[Kind.W]} runs but {acts[Kind.I]} never does")
+                raise _fail("missing-backward", where, f"{acts[Kind.B]} (or {acts[Kind.I]} and {acts[Kind.W]}) never runs")
+
+    # Ordering rules that hold on one rank (cross-rank order is the deadlock check's job).
+    for action, (rank, pos) in seen.items():
+        where = f"rank {rank}, position {pos}"
+        for dep in _local_dependencies(schedule, action):
+            if dep in seen and seen[dep][1] > pos:
+                raise _fail("order", where, f"{action} comes before {dep}, which it depends on")
+
+
+def _local_dependencies(schedule: Schedule, action: Action) -> list[Action]:
+    """Compute actions that `action` needs and that sit on the same rank."""
+    s2r = schedule.stage_to_rank
+    s, mb = action.stage, action.microbatch
+    deps: list[Action] = []
+    if action.kind is Kind.F:
+        if s > 0 and s2r[s - 1] == s2r[s]:
+            deps.append(Action(s - 1, Kind.F, mb))
+    elif action.kind.is_backward:
+        deps.append(Action(s, Kind.F, mb))
+        if s < schedule.num_stages - 1 and s2r[s + 1] == s2r[s]:
+            deps += [Action(s + 1, Kind.B, mb), Action(s + 1, Kind.I, mb)]
+    elif action.kind is Kind.W:
+        deps.append(Action(s, Kind.I, mb))
+    return deps
+
+
+def check_program(program: Program) -> None:
+    """Streams agree with the schedule, transfers pair up, and nothing deadlocks."""
+    schedule = program.schedule
+    if len(program.streams) != schedule.ranks:
+        raise _fail("sizes", "program", f"{len(program.streams)} streams, expected one per rank ({schedule.ranks})")
+    num_stages = schedule.num_stages
+    s2r = schedule.stage_to_rank
+    m = schedule.microbatches
+    comm_seen: dict[Action, tuple[int, int]] = {}
+    for rank, stream in enumerate(program.streams):
+        compute = tuple(a for a in stream if a.kind.is_compute)
+        if compute != schedule.order[rank]:
+            raise _fail("stream-order", f"rank {rank}", "compute actions of the stream differ from the schedule's order")
+        position = {a: i for i, a in enumerate(stream)}
+        for pos, action in enumerate(stream):
+            if action.kind.is_compute:
+                where = f"rank {rank}, position {pos}"
+                recv = incoming(schedule, action)
+                if recv is not None and position.get(recv, len(stream)) > pos:
+                    raise _fail("recv-before-use", where, f"{action} needs {recv} earlier on rank {rank}")
+                send = outgoing(schedule, action)
+                if send is not None and position.get(send, -1) < pos:
+                    raise _fail("send-after-compute", where, f"{action} must be followed by {send} on rank {rank}")
+                continue
+            where = f"rank {rank}, position {pos}"
+            if not 0 <= action.stage < num_stages or not 0 <= action.microbatch < m:
+                raise _fail("comm-range", where, f"{action} is outside stages 0..{num_stages - 1} or microbatches 0..{m - 1}")
+            if s2r[action.stage] != rank:
+                raise _fail("placement", where, f"{action} names stage {action.stage}, which sits on rank {s2r[action.stage]}")
+            peer = action.peer_stage()
+            if not 0 <= peer < num_stages or s2r[peer] == rank:
+                raise _fail("comm-needed", where, f"{action} has no cross-rank peer (stage {peer})")
+            if action in comm_seen:
+                raise _fail("duplicate", where, f"{action} appears twice")
+            comm_seen[action] = (rank, pos)
+    for action, (rank, pos) in comm_seen.items():
+        if action.matching() not in comm_seen:
+            raise _fail("unmatched", f"rank {rank}, position {pos}", f"{action} has no matching {action.matching()} on rank {s2r[action.peer_stage()]}")
+    _check_deadlock(program)
+
+
+def _check_deadlock(program: Program) -> None:
+    streams = program.streams
+    s2r = program.schedule.stage_to_rank
+    pointer = [0] * len(streams)
+    sent: set[Action] = set()
+    waiting: dict[Action, int] = {}  # matching SEND -> rank blocked on it
+    ready = deque(range(len(streams)))
+    while ready:
+        rank = ready.popleft()
+        stream = streams[rank]
+        i = pointer[rank]
+        while i < len(stream):
+            action = stream[i]
+            if action.kind.is_recv:
+                send = action.matching()
+                if send not in sent:
+                    waiting[send] = rank
+                    break
+            elif action.kind.is_send:
+                sent.add(action)
+                woken = waiting.pop(action, None)
+                if woken is not None:
+                    ready.append(woken)
+            i += 1
+        pointer[rank] = i
+    stuck = [r for r, s in enumerate(streams) if pointer[r] < len(s)]
+    if not stuck:
+        return
+    lines = []
+    for rank, stream in enumerate(streams):
+        if pointer[rank] >= len(stream):
+            lines.append(f"rank {rank}: finished")
+            continue
+        action = stream[pointer[rank]]
+        send = action.matching()
+        lines.append(
+            f"rank {rank}: blocked at {action} (action {pointer[rank]} of {len(stream)}), "
+            f"waiting for {send} from rank {s2r[send.stage]}"
+        )
+    first = stuck[0]
+    raise ScheduleError(
+        f"[deadlock] rank {first}: {streams[first][pointer[first]]} can never complete under blocking "
+        "receives; " + "; ".join(lines)
+    )

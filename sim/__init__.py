@@ -1,0 +1,1 @@
+"""bubblescope.sim: a SimPy discrete-event engine that replays lowered schedules."""
