@@ -4,7 +4,10 @@ Pure Python (no torch, no simpy). Build a schedule by name, lower it to per-rank
 streams with point-to-point actions, validate, and read or write it as CSV or JSON.
 """
 
+from .analysis import in_flight, peak_in_flight
 from .errors import ScheduleError
+from .grid import grid
+from .io import load_csv, load_json, load_program_csv, load_program_json, save_csv, save_json
 from .ir import Action, Kind
 from .lowering import lower
 from .registry import available, build, generator, register
@@ -23,7 +26,16 @@ __all__ = [
     "available",
     "build",
     "generator",
+    "grid",
+    "in_flight",
+    "load_csv",
+    "load_json",
+    "load_program_csv",
+    "load_program_json",
     "lower",
+    "peak_in_flight",
     "register",
+    "save_csv",
+    "save_json",
     "validate",
 ]

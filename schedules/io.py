@@ -1,0 +1,195 @@
+"""Reading and writing schedules and programs as CSV (the field's layout) and JSON.
+
+CSV layout, as written by torch.distributed.pipelining's ``_dump_csv``: one row per
+rank, one action per cell in its text form (``0F1``, ``2SEND_B3``); empty cells are
+idle slots and are skipped. The compute-only form holds F/B/I/W; the with-communication
+form holds the lowered streams. Sizes and placement are inferred from the file.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from .errors import ScheduleError
+from .ir import Action
+from .schedule import Program, Schedule
+
+JSON_FORMAT = "bubblescope-schedule"
+JSON_VERSION = 1
+
+
+def save_csv(obj: Schedule | Program, path: str | Path) -> None:
+    """Write a Schedule (compute-only form) or a Program (with communication)."""
+    rows = obj.streams if isinstance(obj, Program) else obj.order
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        for row in rows:
+            writer.writerow([str(a) for a in row])
+
+
+def _read_csv_rows(path: str | Path) -> list[list[Action]]:
+    try:
+        with open(path, newline="") as handle:
+            raw = list(csv.reader(handle))
+    except OSError as exc:
+        raise ScheduleError(f"cannot read schedule file {path}: {exc.strerror}") from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise ScheduleError(f"{path} is not a CSV schedule: {exc}") from None
+    # Trailing blank lines are not ranks.
+    while raw and not any(cell.strip() for cell in raw[-1]):
+        raw.pop()
+    if not raw:
+        raise ScheduleError(f"{path} holds no schedule rows")
+    rows = []
+    for r, cells in enumerate(raw):
+        row = []
+        for c, cell in enumerate(cells):
+            if not cell.strip():
+                continue
+            try:
+                row.append(Action.parse(cell))
+            except ScheduleError as exc:
+                raise ScheduleError(f"{path} row {r + 1}, cell {c + 1}: {exc}") from None
+        rows.append(row)
+    return rows
+
+
+def _infer_schedule(rows: list[list[Action]], name: str, where: str) -> Schedule:
+    """Sizes and placement from the compute actions of per-rank rows."""
+    ranks = len(rows)
+    stage_rank: dict[int, int] = {}
+    max_mb = -1
+    for rank, row in enumerate(rows):
+        for action in row:
+            max_mb = max(max_mb, action.microbatch)
+            if not action.kind.is_compute:
+                continue
+            holder = stage_rank.setdefault(action.stage, rank)
+            if holder != rank:
+                raise ScheduleError(
+                    f"[placement] {where}: stage {action.stage} has compute actions on ranks {holder} and {rank} ({action})"
+                )
+    if not stage_rank:
+        raise ScheduleError(f"{where} holds no compute actions")
+    num_stages = max(stage_rank) + 1
+    missing = [s for s in range(num_stages) if s not in stage_rank]
+    if missing:
+        raise ScheduleError(f"[placement] {where}: stages {missing} have no actions, so their rank is unknown")
+    if num_stages % ranks:
+        raise ScheduleError(f"[placement] {where}: {num_stages} stages cannot be spread evenly over {ranks} ranks")
+    order = tuple(tuple(a for a in row if a.kind.is_compute) for row in rows)
+    return Schedule(
+        name=name,
+        ranks=ranks,
+        microbatches=max_mb + 1,
+        chunks=num_stages // ranks,
+        stage_to_rank=tuple(stage_rank[s] for s in range(num_stages)),
+        order=order,
+    )
+
+
+def load_csv(path: str | Path, name: str | None = None) -> Schedule:
+    """Load and validate a schedule from CSV; communication actions, if any, are dropped."""
+    from .validate import validate
+
+    schedule = _infer_schedule(_read_csv_rows(path), name or Path(path).stem, str(path))
+    validate(schedule)
+    return schedule
+
+
+def load_program_csv(path: str | Path, name: str | None = None) -> Program:
+    """Load and validate a lowered program (with SEND/RECV actions as written) from CSV."""
+    from .validate import validate
+
+    rows = _read_csv_rows(path)
+    schedule = _infer_schedule(rows, name or Path(path).stem, str(path))
+    program = Program(schedule, tuple(tuple(row) for row in rows))
+    validate(program)
+    return program
+
+
+def to_dict(obj: Schedule | Program) -> dict:
+    """A JSON-ready dict; a Program adds its streams to the schedule's fields."""
+    schedule = obj.schedule if isinstance(obj, Program) else obj
+    data = {
+        "format": JSON_FORMAT,
+        "version": JSON_VERSION,
+        "name": schedule.name,
+        "ranks": schedule.ranks,
+        "microbatches": schedule.microbatches,
+        "chunks": schedule.chunks,
+        "stage_to_rank": list(schedule.stage_to_rank),
+        "order": [[str(a) for a in row] for row in schedule.order],
+    }
+    if isinstance(obj, Program):
+        data["streams"] = [[str(a) for a in row] for row in obj.streams]
+    return data
+
+
+def from_dict(data: dict, where: str = "schedule JSON") -> Schedule | Program:
+    """Inverse of to_dict; validates and raises ScheduleError naming the bad field."""
+    from .validate import validate
+
+    if not isinstance(data, dict) or data.get("format") != JSON_FORMAT:
+        raise ScheduleError(f"{where}: not a {JSON_FORMAT} document (missing or wrong 'format')")
+
+    def field(key: str, kind: type):
+        value = data.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ScheduleError(f"{where}: field {key!r} must be {kind.__name__}, got {value!r}")
+        return value
+
+    def actions(key: str) -> tuple[tuple[Action, ...], ...]:
+        rows = field(key, list)
+        parsed = []
+        for r, row in enumerate(rows):
+            if not isinstance(row, list):
+                raise ScheduleError(f"{where}: {key}[{r}] must be a list of action strings")
+            try:
+                parsed.append(tuple(Action.parse(str(cell)) for cell in row))
+            except ScheduleError as exc:
+                raise ScheduleError(f"{where}: {key}[{r}]: {exc}") from None
+        return tuple(parsed)
+
+    s2r = field("stage_to_rank", list)
+    if not all(isinstance(x, int) for x in s2r):
+        raise ScheduleError(f"{where}: stage_to_rank must list integers")
+    schedule = Schedule(
+        name=field("name", str),
+        ranks=field("ranks", int),
+        microbatches=field("microbatches", int),
+        chunks=field("chunks", int),
+        stage_to_rank=tuple(s2r),
+        order=actions("order"),
+    )
+    result: Schedule | Program = schedule
+    if "streams" in data:
+        result = Program(schedule, actions("streams"))
+    validate(result)
+    return result
+
+
+def save_json(obj: Schedule | Program, path: str | Path) -> None:
+    """Write a Schedule or a Program as JSON (see to_dict)."""
+    Path(path).write_text(json.dumps(to_dict(obj), indent=1) + "\n")
+
+
+def load_json(path: str | Path) -> Schedule | Program:
+    """Read what save_json wrote: a Program if the file has streams, else a Schedule."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ScheduleError(f"cannot read {path}: {exc.strerror}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ScheduleError(f"{path} is not valid JSON: {exc}") from None
+    return from_dict(data, where=str(path))
+
+
+def load_program_json(path: str | Path) -> Program:
+    """Read a Program from JSON; a file holding only a Schedule is lowered."""
+    from .lowering import lower
+
+    obj = load_json(path)
+    return obj if isinstance(obj, Program) else lower(obj)
