@@ -1,0 +1,83 @@
+"""The `plot` and `figures` subcommands of `python -m sim` (registered by sim/cli.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parser(subparsers) -> None:
+    """Register `plot` and `figures` on an argparse subparsers object."""
+    plot = subparsers.add_parser(
+        "plot",
+        help="draw a Gantt timeline (and memory, trace) of a schedule, several schedules or a run",
+        description=(
+            "Draw the timeline of a simulated schedule (--schedule), of several schedules on a "
+            "shared time axis (--compare), or of a measured run directory (--run)."
+        ),
+    )
+    source = plot.add_mutually_exclusive_group(required=True)
+    source.add_argument("--schedule", help="schedule name to simulate and plot")
+    source.add_argument("--compare", metavar="A,B,...", help="comma-separated schedules, one panel each")
+    source.add_argument("--run", metavar="DIR", help="measured run directory (timeline.csv, memory.csv, ...)")
+    plot.add_argument("--ranks", type=int, default=4, help="pipeline ranks p (default 4)")
+    plot.add_argument("--microbatches", type=int, default=8, help="microbatches m (default 8)")
+    plot.add_argument("--chunks", type=int, default=None, help="stages per rank v (interleaved)")
+    plot.add_argument("-o", "--output", required=True, metavar="PNG", help="image file to write")
+    plot.add_argument("--memory", action="store_true", help="add activation-memory panels under the timeline")
+    plot.add_argument("--trace", metavar="JSON", help="also write a Perfetto/Chrome trace")
+    plot.add_argument("--comm", action="store_true", help="draw sends and receive waits on a thin lane per rank")
+    plot.add_argument("--forward", type=float, default=1.0, help="F time, seconds per microbatch per rank (default 1)")
+    plot.add_argument(
+        "--backward", type=float, default=2.0,
+        help="input-gradient backward time I, seconds (default 2); a full B costs backward + weight",
+    )
+    plot.add_argument("--weight", type=float, default=0.0, help="weight-gradient time W, seconds (default 0)")
+    plot.add_argument("--costs", metavar="JSON", help="cost model file (replaces --forward/--backward/--weight)")
+    plot.add_argument("--step", type=int, default=None, help="with --run: step to plot (default: median makespan)")
+    plot.add_argument("--warmup", type=int, default=None, help="with --run: leading steps to skip (default 1)")
+    plot.add_argument(
+        "--overlay", action="store_true",
+        help="with --run: simulate the run's program (with the cost flags) and overlay it on the measurement",
+    )
+    plot.add_argument("--dpi", type=int, default=150, help="image resolution (default 150)")
+    plot.set_defaults(func=run_plot)
+
+    figures = subparsers.add_parser(
+        "figures", help="regenerate the figures README shows",
+        description="Regenerate every figure in figures/ that README shows.",
+    )
+    figures.add_argument("--out", default="figures", metavar="DIR", help="directory to write (default figures)")
+    figures.set_defaults(func=run_figures)
+
+
+def _fail(command: str, message: str) -> int:
+    print(f"sim {command}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def run_plot(args: argparse.Namespace) -> int:
+    """Handle `sim plot`; returns the exit code."""
+    from schedules import ScheduleError
+
+    from .plot_commands import PlotRequest, execute
+
+    try:
+        execute(PlotRequest.from_args(args))
+    except (ScheduleError, ValueError, OSError) as exc:
+        return _fail("plot", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    return 0
+
+
+def run_figures(args: argparse.Namespace) -> int:
+    """Handle `sim figures`; returns the exit code."""
+    from schedules import ScheduleError
+
+    from .plot_figures import regenerate
+
+    try:
+        for path in regenerate(args.out):
+            print(path)
+    except (ScheduleError, ValueError, OSError) as exc:
+        return _fail("figures", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    return 0
