@@ -2,7 +2,7 @@
 
 CSV layout, as written by torch.distributed.pipelining's ``_dump_csv``: one row per
 rank, one action per cell in its text form (``0F1``, ``2SEND_B3``); empty cells are
-idle slots and are skipped. The compute-only form holds F/B/I/W; the with-communication
+idle slots and are skipped, as are torch's FSDP housekeeping cells (``0UNSHARD``). The compute-only form holds F/B/I/W; the with-communication
 form holds the lowered streams. Sizes and placement are inferred from the file.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 from .errors import ScheduleError
@@ -17,6 +18,11 @@ from .ir import Action
 from .schedule import Program, Schedule
 
 JSON_FORMAT = "bubblescope-schedule"
+
+# torch.distributed.pipelining writes per-stage FSDP housekeeping into its comms CSVs
+# (e.g. ``0UNSHARD``, ``1RESHARD``, ``0REDUCE_GRAD``); they carry no pipeline data and
+# are skipped on load.
+_HOUSEKEEPING = re.compile(r"\d+(UNSHARD|RESHARD|REDUCE_GRAD)\d*")
 JSON_VERSION = 1
 
 
@@ -46,7 +52,7 @@ def _read_csv_rows(path: str | Path) -> list[list[Action]]:
     for r, cells in enumerate(raw):
         row = []
         for c, cell in enumerate(cells):
-            if not cell.strip():
+            if not cell.strip() or _HOUSEKEEPING.fullmatch(cell.strip()):
                 continue
             try:
                 row.append(Action.parse(cell))
