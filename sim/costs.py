@@ -1,0 +1,277 @@
+"""The cost model: compute times, point-to-point transfers and activation memory.
+
+Units: seconds for times, bytes for sizes, bytes per second for bandwidth.
+
+Compute costs and memory sizes are given either as one number or as a list with one
+entry per pipeline stage. One number means one microbatch through one *rank's* share
+of the model, so that schedules with different chunk counts compare on the same model:
+with v stages per rank each stage gets 1/v of it. A list gives each stage its own value
+as is (a heavy embedding stage or LM head is just a larger entry).
+
+Backward costs (per stage, after the rule above):
+
+- ``backward_full`` (B) not given: ``backward_input`` (I) is required, ``backward_weight``
+  (W) defaults to 0, and B = I + W.
+- B given with neither I nor W: I = W = B / 2 (I rounded down to the nanosecond). For a linear layer Y = X A the input
+  gradient dY A^T and the weight gradient X^T dY each take the forward's FLOPs, which is
+  why Qi et al. (Zero Bubble Pipeline Parallelism, ICLR 2024) take T_B ~ T_W.
+- B given with one of I, W: the other is B minus it (it must not come out negative).
+- All three given: used as given (a fused B may be cheaper than a separate I and W).
+
+Every time is rounded to whole nanoseconds per stage before B, I and W are derived from
+each other, so the simulation runs on exact integers. Transfers between stages on
+different ranks take ``p2p_latency + bytes / p2p_bandwidth`` seconds (rounded once),
+where bytes is ``p2p_activation_bytes`` (forward) or ``p2p_gradient_bytes`` (backward,
+default: the activation bytes) of that stage boundary. A scalar applies to every
+boundary (the hidden state crossing a boundary does not shrink with v); a list has one
+entry per boundary, entry s for the boundary between stages s and s+1. Stages on the
+same rank hand tensors over in memory, at no cost. With ``link_contention`` each
+directed link (rank -> peer) carries one transfer at a time, in the order the sender
+issued them; without it transfers on a link overlap freely.
+
+Memory: ``activation_memory`` bytes per microbatch per stage are allocated when its F
+starts and freed when its B ends. With split backward, ``weight_memory`` of them
+(M_W of the zero-bubble paper; default ``weight_memory_fraction`` x activation_memory,
+and that fraction defaults to 0) stay allocated from the end of I until the end of W,
+the rest is freed when I ends. ``static_memory`` (bytes per rank: weights, gradients,
+optimizer state) is reported beside activation memory, never inside it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Sequence, Union
+
+from schedules import Schedule
+
+Number = Union[int, float]
+PerStage = Union[Number, Sequence[Number]]
+
+NS_PER_S = 1_000_000_000
+DEFAULT_ACTIVATION_MEMORY = 2**30  # placeholder: one rank share = 1 GiB; unit-based results ignore it
+
+
+class CostError(ValueError):
+    """A cost model is malformed or does not fit the schedule it is applied to."""
+
+
+def _as_values(name: str, value: Any, allow_none: bool = False) -> Number | tuple[float, ...] | None:
+    """Check a scalar-or-list field; lists become tuples of floats."""
+    if value is None:
+        if allow_none:
+            return None
+        raise CostError(f"{name} is required")
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise CostError(f"{name} is an empty list")
+        items = tuple(_number(f"{name}[{i}]", v) for i, v in enumerate(value))
+        return items
+    return _number(name, value)
+
+
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise CostError(f"{name} must be a number, got {value!r}")
+    if math.isnan(value) or value < 0 or math.isinf(value):
+        raise CostError(f"{name} must be a finite number >= 0, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class StageCosts:
+    """A cost model resolved for one schedule: integers (nanoseconds, bytes) per stage.
+
+    `forward[s]`, `backward[s]`, `input[s]`, `weight[s]`: compute time of F, B, I, W of
+    stage s; `send_forward[s]`/`send_backward[s]`: transfer time across boundary s|s+1;
+    `memory[s]`: activation bytes of one microbatch on stage s; `weight_memory[s]`: the
+    part of it kept from I until W; `static[r]`: static bytes of rank r.
+    """
+
+    forward: tuple[int, ...]
+    backward: tuple[int, ...]
+    input: tuple[int, ...]
+    weight: tuple[int, ...]
+    send_forward: tuple[int, ...]
+    send_backward: tuple[int, ...]
+    memory: tuple[int, ...]
+    weight_memory: tuple[int, ...]
+    static: tuple[int, ...]
+    contention: bool
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Compute, transfer and memory costs for simulating a schedule (see module docstring).
+
+    Times in seconds, sizes in bytes, bandwidth in bytes per second; scalars are one
+    microbatch through one rank's share of the model, lists have one entry per stage.
+    """
+
+    forward: PerStage
+    backward_input: PerStage | None = None
+    backward_weight: PerStage | None = None
+    backward_full: PerStage | None = None
+    p2p_latency: float = 0.0
+    p2p_bandwidth: float = math.inf
+    p2p_activation_bytes: PerStage = 0
+    p2p_gradient_bytes: PerStage | None = None
+    activation_memory: PerStage = DEFAULT_ACTIVATION_MEMORY
+    weight_memory_fraction: float = 0.0
+    weight_memory: PerStage | None = None
+    static_memory: PerStage = 0
+    link_contention: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("forward", "p2p_activation_bytes", "activation_memory", "static_memory"):
+            object.__setattr__(self, name, _as_values(name, getattr(self, name)))
+        for name in ("backward_input", "backward_weight", "backward_full", "p2p_gradient_bytes", "weight_memory"):
+            object.__setattr__(self, name, _as_values(name, getattr(self, name), allow_none=True))
+        if self.backward_full is None and self.backward_input is None:
+            raise CostError("give backward_input (with optional backward_weight) or backward_full")
+        object.__setattr__(self, "p2p_latency", _number("p2p_latency", self.p2p_latency))
+        bandwidth = self.p2p_bandwidth
+        if isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float)) or not bandwidth > 0:
+            raise CostError(f"p2p_bandwidth must be a number > 0 (bytes/s), got {bandwidth!r}")
+        fraction = _number("weight_memory_fraction", self.weight_memory_fraction)
+        if fraction > 1:
+            raise CostError(f"weight_memory_fraction must be within 0..1, got {fraction!r}")
+        if not isinstance(self.link_contention, bool):
+            raise CostError(f"link_contention must be true or false, got {self.link_contention!r}")
+
+    # ----------------------------------------------------------------- resolution
+    def for_schedule(self, schedule: Schedule) -> StageCosts:
+        """Resolve every field to integers per stage (ns, bytes) for `schedule`."""
+        n, v, p = schedule.num_stages, schedule.chunks, schedule.ranks
+        forward = _per_stage("forward", self.forward, n, v)
+        full = _per_stage("backward_full", self.backward_full, n, v)
+        inp = _per_stage("backward_input", self.backward_input, n, v)
+        weight = _per_stage("backward_weight", self.backward_weight, n, v)
+        backward, inp, weight = _split_backward(
+            *(None if x is None else _ns(x) for x in (full, inp, weight))
+        )
+        memory = _per_stage("activation_memory", self.activation_memory, n, v)
+        kept = _per_stage("weight_memory", self.weight_memory, n, v)
+        if kept is None:
+            kept = [self.weight_memory_fraction * x for x in memory]
+        for s, (k, mem) in enumerate(zip(kept, memory)):
+            if round(k) > round(mem):
+                raise CostError(f"weight_memory of stage {s} ({k} bytes) exceeds its activation_memory ({mem})")
+        act_bytes = _per_boundary("p2p_activation_bytes", self.p2p_activation_bytes, n)
+        grad_bytes = (
+            act_bytes if self.p2p_gradient_bytes is None
+            else _per_boundary("p2p_gradient_bytes", self.p2p_gradient_bytes, n)
+        )
+        static = _per_rank("static_memory", self.static_memory, p)
+        return StageCosts(
+            forward=_ns(forward),
+            backward=backward,
+            input=inp,
+            weight=weight,
+            send_forward=tuple(self.transfer_ns(b) for b in act_bytes),
+            send_backward=tuple(self.transfer_ns(b) for b in grad_bytes),
+            memory=tuple(round(x) for x in memory),
+            weight_memory=tuple(round(x) for x in kept),
+            static=tuple(round(x) for x in static),
+            contention=self.link_contention,
+        )
+
+    def transfer_ns(self, num_bytes: float) -> int:
+        """Nanoseconds to move `num_bytes` across one link: latency + bytes / bandwidth."""
+        return round((self.p2p_latency + num_bytes / self.p2p_bandwidth) * NS_PER_S)
+
+    # ----------------------------------------------------------------------- JSON
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dict (lists for per-stage values, null for infinite bandwidth)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, tuple):
+                value = list(value)
+            if f.name == "p2p_bandwidth" and math.isinf(value):
+                value = None
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CostModel":
+        """Inverse of to_dict; unknown keys are an error (they are probably typos)."""
+        if not isinstance(data, dict):
+            raise CostError(f"a cost model is a JSON object, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise CostError(f"unknown cost model key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        if "forward" not in data:
+            raise CostError("cost model has no 'forward' entry")
+        values = dict(data)
+        if values.get("p2p_bandwidth", 0) is None:
+            values["p2p_bandwidth"] = math.inf
+        return cls(**values)
+
+    def to_json(self, path: str | Path) -> None:
+        """Write the cost model as a JSON object to `path`."""
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> "CostModel":
+        """Read a cost model written by to_json (or by hand); raises CostError if malformed."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except OSError as exc:
+            raise CostError(f"cannot read cost model {path}: {exc.strerror or exc}") from None
+        except json.JSONDecodeError as exc:
+            raise CostError(f"cost model {path} is not valid JSON: {exc}") from None
+        return cls.from_dict(data)
+
+
+def _per_stage(name: str, value, num_stages: int, chunks: int) -> list[float] | None:
+    if value is None:
+        return None
+    if isinstance(value, tuple):
+        if len(value) != num_stages:
+            raise CostError(f"{name} lists {len(value)} values, but the schedule has {num_stages} stages")
+        return list(value)
+    return [value / chunks] * num_stages
+
+
+def _per_boundary(name: str, value, num_stages: int) -> list[float]:
+    boundaries = max(num_stages - 1, 0)
+    if isinstance(value, tuple):
+        if len(value) != boundaries:
+            raise CostError(f"{name} lists {len(value)} values, but the schedule has {boundaries} stage boundaries")
+        return list(value)
+    return [value] * boundaries
+
+
+def _per_rank(name: str, value, ranks: int) -> list[float]:
+    if isinstance(value, tuple):
+        if len(value) != ranks:
+            raise CostError(f"{name} lists {len(value)} values, but the schedule has {ranks} ranks")
+        return list(value)
+    return [value] * ranks
+
+
+def _split_backward(full, inp, weight) -> tuple[tuple[int, ...], ...]:
+    """B, I and W per stage in nanoseconds, filled in by the rules in the module docstring."""
+    if full is None:
+        weight = weight if weight is not None else (0,) * len(inp)
+        return tuple(i + w for i, w in zip(inp, weight)), inp, weight
+    if inp is None and weight is None:
+        return full, tuple(b // 2 for b in full), tuple(b - b // 2 for b in full)
+    if inp is None:
+        given, inp = "backward_weight", tuple(b - w for b, w in zip(full, weight))
+    elif weight is None:
+        given, weight = "backward_input", tuple(b - i for b, i in zip(full, inp))
+    else:
+        return full, inp, weight
+    for s, (b, i, w) in enumerate(zip(full, inp, weight)):
+        if i < 0 or w < 0:
+            raise CostError(f"{given} of stage {s} exceeds its backward_full ({b / NS_PER_S} s)")
+    return full, inp, weight
+
+
+def _ns(seconds: Sequence[float]) -> tuple[int, ...]:
+    return tuple(round(x * NS_PER_S) for x in seconds)

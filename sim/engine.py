@@ -1,0 +1,215 @@
+"""The discrete-event engine: one SimPy process per rank walks its lowered stream.
+
+Semantics (times are integer nanoseconds, so results are exact and deterministic):
+
+- compute (F, B, I, W) occupies its rank for the action's cost; a rank runs one action
+  at a time in stream order, so its compute resource is the process itself;
+- a SEND never blocks its rank: it puts the tensor on the directed link rank -> peer,
+  where it arrives ``latency + bytes / bandwidth`` later. With link contention a link
+  carries one transfer at a time, first come first served in issue order, so a
+  transfer starts when both the SEND is issued and the previous transfer on the link
+  has arrived;
+- a RECV blocks its rank until the matching transfer has arrived.
+
+Activation memory of a stage is allocated when its F starts and freed when its B ends
+(with split backward: partly when I ends, the rest when W ends; see sim.costs).
+
+After the run every process must have reached the end of its stream; a rank that
+did not waits on a RECV whose SEND never happens, and ScheduleError names them all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import simpy
+
+from schedules import Kind, Program, Schedule, ScheduleError, lower
+
+from .costs import CostModel, StageCosts
+from .result import RankRun, SimResult
+
+# Opcodes of the compiled streams (plain ints keep the hot loop cheap).
+_COMPUTE, _SEND, _RECV = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A program flattened for the hot loop: one op tuple per action, per rank.
+
+    Compute: (_COMPUTE, duration, bytes allocated at start, bytes freed at end);
+    SEND: (_SEND, transfer id, duration, link id); RECV: (_RECV, transfer id).
+    Transfer ids are dense: (2 * sending stage + direction) * m + microbatch; link ids
+    are sender * p + receiver.
+    """
+
+    ops: tuple[tuple[tuple[int, ...], ...], ...]
+    num_transfers: int
+    num_links: int
+
+
+def simulate(schedule_or_program: Schedule | Program, costs: CostModel) -> SimResult:
+    """Replay a schedule (lowered and validated here) or a lowered Program under `costs`.
+
+    A Program is replayed as given, without validation, so that hand-built programs
+    can be studied; if it cannot finish, ScheduleError names every stuck rank.
+    """
+    if isinstance(schedule_or_program, Schedule):
+        program = lower(schedule_or_program)
+    elif isinstance(schedule_or_program, Program):
+        program = schedule_or_program
+    else:
+        raise TypeError(f"simulate() takes a Schedule or a Program, not {type(schedule_or_program).__name__}")
+    stage_costs = costs.for_schedule(program.schedule)
+    runs = run(compile_program(program, stage_costs), stage_costs.contention)
+    _check_finished(program, runs)
+    return SimResult.from_runs(program, costs, stage_costs, runs)
+
+
+def compile_program(program: Program, costs: StageCosts) -> Compiled:
+    """Turn every action into an op tuple (compute ops are shared per stage and kind)."""
+    schedule = program.schedule
+    s2r = schedule.stage_to_rank
+    p, m, n = schedule.ranks, schedule.microbatches, schedule.num_stages
+    compute = {
+        Kind.F: [(_COMPUTE, costs.forward[s], costs.memory[s], 0) for s in range(n)],
+        Kind.B: [(_COMPUTE, costs.backward[s], 0, costs.memory[s]) for s in range(n)],
+        Kind.I: [(_COMPUTE, costs.input[s], 0, costs.memory[s] - costs.weight_memory[s]) for s in range(n)],
+        Kind.W: [(_COMPUTE, costs.weight[s], 0, costs.weight_memory[s]) for s in range(n)],
+    }
+    # kind -> (direction, sending stage offset from the action's stage, send times, is send)
+    comm = {
+        Kind.SEND_F: (0, 0, costs.send_forward, True),
+        Kind.RECV_F: (0, -1, costs.send_forward, False),
+        Kind.SEND_B: (1, 0, costs.send_backward, True),
+        Kind.RECV_B: (1, 1, costs.send_backward, False),
+    }
+    ops = []
+    for rank, stream in enumerate(program.streams):
+        row = []
+        append = row.append
+        for action in stream:
+            kind, stage, mb = action.kind, action.stage, action.microbatch
+            if not (0 <= stage < n and 0 <= mb < m):
+                raise ScheduleError(
+                    f"rank {rank}: {action} is outside stages 0..{n - 1} or microbatches 0..{m - 1}"
+                )
+            table = compute.get(kind)
+            if table is not None:
+                append(table[stage])
+                continue
+            direction, offset, durations, is_send = comm[kind]
+            sender = stage + offset
+            receiver = sender + 1 - 2 * direction
+            if not (0 <= sender < n and 0 <= receiver < n):
+                raise ScheduleError(f"rank {rank}: {action} has no peer stage (stages are 0..{n - 1})")
+            tid = (2 * sender + direction) * m + mb
+            if is_send:
+                append((_SEND, tid, durations[min(sender, receiver)], rank * p + s2r[receiver]))
+            else:
+                append((_RECV, tid))
+        ops.append(tuple(row))
+    return Compiled(tuple(ops), 2 * n * m, p * p)
+
+
+def run(compiled: Compiled, contention: bool) -> list[RankRun]:
+    """Run the SimPy model and return what each rank's process recorded."""
+    env = simpy.Environment()
+    arrivals = [-1] * compiled.num_transfers  # arrival time of each transfer, -1 until sent
+    waiters: dict[int, simpy.Event] = {}  # transfer id -> event of the rank blocked on it
+    link_free = [0] * compiled.num_links  # time each directed link finishes its last transfer
+    runs = [RankRun() for _ in compiled.ops]
+    for ops, out in zip(compiled.ops, runs):
+        env.process(_rank_process(env, ops, arrivals, waiters, link_free, contention, out))
+    env.run()
+    return runs
+
+
+def _rank_process(env, ops, arrivals, waiters, link_free, contention, out: RankRun):
+    """Walk one rank's ops, recording into `out` as it goes."""
+    timeout = env.timeout
+    record = out.times.append
+    memory = out.memory
+    now = held = peak = busy = 0
+    first = -1
+    last = 0
+    for op in ops:
+        code = op[0]
+        if code == _COMPUTE:
+            _, duration, alloc, free = op
+            if alloc:
+                held += alloc
+                memory.append((now, held))
+                if held > peak:
+                    peak = held
+            if duration:
+                # Zero-cost actions skip the event: times are max-plus in the inputs,
+                # so the order of same-time events cannot change any result.
+                yield timeout(duration)
+            if first < 0:
+                first = now
+            record(now)
+            now += duration
+            record(now)
+            busy += duration
+            last = now
+            if free:
+                held -= free
+                memory.append((now, held))
+        elif code == _SEND:
+            _, tid, duration, link = op
+            start = now
+            if contention:
+                busy_until = link_free[link]
+                if busy_until > start:
+                    start = busy_until
+                link_free[link] = start + duration
+            arrivals[tid] = start + duration
+            waiter = waiters.pop(tid, None)
+            if waiter is not None:
+                waiter.succeed()
+            record(start)
+            record(start + duration)
+        else:
+            tid = op[1]
+            reached = now
+            arrival = arrivals[tid]
+            if arrival < 0:
+                event = env.event()
+                waiters[tid] = event
+                yield event
+                now = env.now
+                arrival = arrivals[tid]
+            if arrival > now:
+                yield timeout(arrival - now)
+                now = arrival
+            record(reached)
+            record(now)
+    out.busy, out.first, out.last, out.peak = busy, first, last, peak
+
+
+def _check_finished(program: Program, runs: list[RankRun]) -> None:
+    """Raise ScheduleError naming every rank that stopped before the end of its stream."""
+    streams = program.streams
+    s2r = program.schedule.stage_to_rank
+    position = [len(r.times) // 2 for r in runs]
+    stuck = [r for r, s in enumerate(streams) if position[r] < len(s)]
+    if not stuck:
+        return
+    sends = {a: r for r, s in enumerate(streams) for a in s if a.kind.is_send}
+    lines = []
+    for rank in stuck:
+        action = streams[rank][position[rank]]
+        send = action.matching()
+        if send in sends:
+            # The sender has not reached that SEND, so it is stuck itself.
+            peer = sends[send]
+            source = f"from rank {peer} (stuck at {streams[peer][position[peer]]})"
+        else:
+            peer_stage = send.stage
+            owner = f"rank {s2r[peer_stage]}" if 0 <= peer_stage < len(s2r) else "no rank"
+            source = f"which no stream contains (stage {peer_stage} sits on {owner})"
+        lines.append(
+            f"rank {rank} waits at {action} (action {position[rank]} of {len(streams[rank])}) for {send} {source}"
+        )
+    raise ScheduleError(f"[deadlock] {len(stuck)} of {len(streams)} ranks cannot finish: " + "; ".join(lines))
