@@ -65,10 +65,7 @@ def _as_values(name: str, value: Any, allow_none: bool = False) -> Number | tupl
             return None
         raise CostError(f"{name} is required")
     if isinstance(value, (list, tuple)):
-        if not value:
-            raise CostError(f"{name} is an empty list")
-        items = tuple(_number(f"{name}[{i}]", v) for i, v in enumerate(value))
-        return items
+        return tuple(_number(f"{name}[{i}]", v) for i, v in enumerate(value))
     return _number(name, value)
 
 
