@@ -17,7 +17,7 @@ from schedules import ScheduleError
 
 from .plot_data import check_timeline, one_step, select_step, summarize, time_unit
 from .plot_gantt import (
-    Lane, draw_compute, draw_gantt, legend_handles, setup_rank_axis,
+    Lane, add_legend, draw_compute, draw_gantt, legend_handles, setup_rank_axis,
 )
 from .plot_memory import draw_memory, memory_unit, rank_handles
 
@@ -52,10 +52,6 @@ def _save(fig: Figure, path, dpi: int) -> Figure:
     return fig
 
 
-def _add_legend(fig: Figure, handles) -> None:
-    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 4), frameon=False, fontsize=8)
-
-
 def plot_timeline(
     timeline: pd.DataFrame,
     memory: pd.DataFrame | None = None,
@@ -82,51 +78,82 @@ def plot_timeline(
     axes = fig.subplots(len(heights), 1, sharex=True, gridspec_kw={"height_ratios": heights}, squeeze=False)[:, 0]
     draw_gantt(axes[0], frame, ranks=summary.ranks, chunks=summary.chunks, xmax=xmax, unit=unit, scale=scale, comm=comm)
     measured_step = chosen if frame["source"].eq("measured").any() else None
-    axes[0].set_title(_title(name, summary, measured_step), fontsize=10)
+    title = _title(name, summary, measured_step)
+    if note:  # the headline on top, the details under it
+        fig.suptitle(title, fontsize=10)
+        axes[0].set_title(note, fontsize=8, color="#444444")
+    else:
+        axes[0].set_title(title, fontsize=10)
+    handles = legend_handles(set(frame["kind"]), summary.chunks, comm)
     if memory is not None:
         axes[0].set_xlabel("")
         draw_memory(
             axes[1], one_step(memory, chosen), ranks=summary.ranks, xmax=xmax, scale=scale, unit=unit,
-            unit_bytes=unit_bytes, unit_label=unit_label,
+            unit_bytes=unit_bytes, unit_label=unit_label, legend=False,
         )
-    if note:
-        fig.suptitle(note, fontsize=8, color="#444444")
-    _add_legend(fig, legend_handles(set(frame["kind"]), summary.chunks, comm))
+        if summary.ranks <= 8:
+            handles += rank_handles(summary.ranks)
+    add_legend(fig, handles)
     return _save(fig, path, dpi)
 
 
 def plot_compare(
     timelines: Mapping[str, pd.DataFrame],
     *,
+    memories: Mapping[str, pd.DataFrame] | None = None,
+    unit_bytes: Mapping[str, float] | None = None,
+    unit_label: str | None = None,
     comm: bool = False,
     note: str | None = None,
     path=None,
     dpi: int = 150,
 ) -> Figure:
-    """One Gantt panel per named timeline, stacked on a shared time axis."""
+    """One Gantt panel per named timeline, stacked on a shared time axis.
+
+    With `memories`, each Gantt panel gets that schedule's memory curves under it, in units
+    of `unit_bytes[name]` (named `unit_label`) when given, else bytes.
+    """
     if not timelines:
         raise ScheduleError("nothing to compare: no timelines given")
-    frames = {label: _step_of(t, None, None, f"timeline {label!r}")[1] for label, t in timelines.items()}
-    summaries = {label: summarize(f) for label, f in frames.items()}
+    chosen = {label: _step_of(t, None, None, f"timeline {label!r}") for label, t in timelines.items()}
+    summaries = {label: summarize(frame) for label, (_, frame) in chosen.items()}
     span = max(s.makespan for s in summaries.values())
     unit, scale = time_unit(span)
-    heights = [rows_height(s.ranks) + (0.3 if comm else 0.0) for s in summaries.values()]
+    heights = []
+    for summary in summaries.values():
+        heights.append(rows_height(summary.ranks) + (0.3 if comm else 0.0))
+        if memories is not None:
+            heights.append(1.3)
     fig = Figure(figsize=(WIDTH_IN, sum(heights) + 0.35 * len(heights) + 1.2), layout="constrained")
-    axes = fig.subplots(len(frames), 1, sharex=True, gridspec_kw={"height_ratios": heights}, squeeze=False)[:, 0]
+    axes = list(fig.subplots(len(heights), 1, sharex=True, gridspec_kw={"height_ratios": heights}, squeeze=False)[:, 0])
     kinds: set[str] = set()
     chunks = 1
-    for ax, (label, frame) in zip(axes, frames.items()):
+    for label, (step, frame) in chosen.items():
         summary = summaries[label]
+        ax = axes.pop(0)
         draw_gantt(ax, frame, ranks=summary.ranks, chunks=summary.chunks, xmax=span * scale, unit=unit,
                    scale=scale, comm=comm)
         ax.set_title(_title(label, summary), fontsize=9, loc="left")
         ax.set_xlabel("")
         kinds |= set(frame["kind"])
         chunks = max(chunks, summary.chunks)
-    axes[-1].set_xlabel(f"time ({unit})")
+        if memories is not None:
+            if label not in memories:
+                raise ScheduleError(f"no memory table for {label!r}")
+            ax = axes.pop(0)
+            draw_memory(
+                ax, one_step(memories[label], step), ranks=summary.ranks, xmax=span * scale, scale=scale,
+                unit=unit, unit_bytes=None if unit_bytes is None else unit_bytes[label], unit_label=unit_label,
+                legend=False,
+            )
+            ax.set_xlabel("")
+    fig.axes[-1].set_xlabel(f"time ({unit})")
     if note:
         fig.suptitle(note, fontsize=9)
-    _add_legend(fig, legend_handles(kinds, chunks, comm))
+    handles = legend_handles(kinds, chunks, comm)
+    if memories is not None and max(s.ranks for s in summaries.values()) <= 8:
+        handles += rank_handles(max(s.ranks for s in summaries.values()))
+    add_legend(fig, handles)
     return _save(fig, path, dpi)
 
 
@@ -180,7 +207,7 @@ def plot_memory(
     if note:
         fig.suptitle(note, fontsize=9)
     if ranks <= 8:
-        _add_legend(fig, rank_handles(ranks))
+        add_legend(fig, rank_handles(ranks))
     return _save(fig, path, dpi)
 
 
@@ -237,7 +264,7 @@ def plot_overlay(
     handles = legend_handles(set(measured["kind"]) | set(simulated["kind"]), chunks)
     handles += [Patch(facecolor="#888888", label="measured (upper half)"),
                 Patch(facecolor="#888888", alpha=0.55, hatch="////", label="simulated (lower half)")]
-    _add_legend(fig, handles)
+    add_legend(fig, handles)
     return _save(fig, path, dpi)
 
 

@@ -33,7 +33,8 @@ def add_parser(subparsers) -> None:
         help="input-gradient backward time I, seconds (default 2); a full B costs backward + weight",
     )
     plot.add_argument("--weight", type=float, default=0.0, help="weight-gradient time W, seconds (default 0)")
-    plot.add_argument("--costs", metavar="JSON", help="cost model file (replaces --forward/--backward/--weight)")
+    plot.add_argument("--comm-latency", type=float, default=0.0, help="transfer latency, seconds (default 0)")
+    plot.add_argument("--costs", metavar="JSON", help="cost model file (replaces the cost flags above)")
     plot.add_argument("--step", type=int, default=None, help="with --run: step to plot (default: median makespan)")
     plot.add_argument("--warmup", type=int, default=None, help="with --run: leading steps to skip (default 1)")
     plot.add_argument(
@@ -51,6 +52,11 @@ def add_parser(subparsers) -> None:
     figures.set_defaults(func=run_figures)
 
 
+def _one_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def _fail(command: str, message: str) -> int:
     print(f"sim {command}: error: {message}", file=sys.stderr)
     return 2
@@ -60,12 +66,13 @@ def run_plot(args: argparse.Namespace) -> int:
     """Handle `sim plot`; returns the exit code."""
     from schedules import ScheduleError
 
-    from .plot_commands import PlotRequest, execute
+    from .plot_commands import execute
 
     try:
-        execute(PlotRequest.from_args(args))
+        for path in execute(args):
+            print(path)
     except (ScheduleError, ValueError, OSError) as exc:
-        return _fail("plot", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        return _fail("plot", _one_line(exc))
     return 0
 
 
@@ -79,5 +86,5 @@ def run_figures(args: argparse.Namespace) -> int:
         for path in regenerate(args.out):
             print(path)
     except (ScheduleError, ValueError, OSError) as exc:
-        return _fail("figures", str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        return _fail("figures", _one_line(exc))
     return 0

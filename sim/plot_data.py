@@ -112,6 +112,9 @@ def byte_unit(max_bytes: float) -> tuple[str, float]:
 def memory_steps(memory: pd.DataFrame, rank: int, until: float) -> tuple[np.ndarray, np.ndarray]:
     """A rank's memory curve as step-function vertices (x, y), held until `until`."""
     rows = memory[memory["rank"] == rank].sort_values("time", kind="stable")
+    # Several changes at one instant (a B frees as the next F allocates) would draw as a
+    # zero-width spike: keep the value held after the last of them.
+    rows = rows.groupby("time", sort=True, as_index=False).last()
     t = rows["time"].to_numpy(dtype=float)
     b = rows["bytes"].to_numpy(dtype=float)
     if t.size == 0:

@@ -59,7 +59,7 @@ def setup_rank_axis(ax, ranks: int, xmax: float, unit: str, row_labels: list[str
     ax.set_yticks(ticks + 0.5)
     labels = row_labels if row_labels is not None else [f"rank {r}" for r in range(ranks)]
     ax.set_yticklabels([labels[t] for t in ticks])
-    ax.tick_params(axis="y", length=0)
+    ax.tick_params(axis="y", length=0, pad=4)
     ax.set_xlabel(f"time ({unit})")
     ax.add_collection(
         PolyCollection(
@@ -167,12 +167,16 @@ def draw_comm(ax, frame: pd.DataFrame, *, scale: float) -> None:
         )
 
 
-def legend_handles(kinds: set[str], chunks: int, comm: bool = False) -> list[Patch]:
-    """Legend entries: the kinds present, chunk shades when v > 1, and comm lanes if drawn."""
+def legend_handles(kinds: set[str], chunks: int, comm: bool = False) -> list:
+    """Legend entries: the kinds present, chunk shades when v > 1, and comm lanes if drawn.
+
+    A chunk's entry is a tuple of patches (draw it with HandlerTuple, see `add_legend`).
+    """
     handles = [Patch(facecolor=KIND_COLOURS[k], label=KIND_LABELS[k]) for k in COMPUTE_KINDS if k in kinds]
-    if chunks > 1:
+    if chunks > 1:  # one swatch per kind present, in that chunk's shade
+        present = [k for k in COMPUTE_KINDS if k in kinds] or ["F"]
         handles += [
-            Patch(facecolor=shade("#555555", c, chunks), label=f"chunk {c}" + (" (darkest)" if c == 0 else ""))
+            tuple(Patch(facecolor=shade(KIND_COLOURS[k], c, chunks), label=f"chunk {c}") for k in present)
             for c in range(chunks)
         ]
     if comm:
@@ -201,3 +205,12 @@ def draw_gantt(
     draw_compute(ax, step_timeline, scale=scale, chunks=chunks, lane=lane, labels=labels)
     if comm:
         draw_comm(ax, step_timeline, scale=scale)
+
+
+def add_legend(fig, handles) -> None:
+    """A figure legend under the axes; tuple entries show their patches side by side."""
+    from matplotlib.legend_handler import HandlerTuple
+
+    labels = [h[0].get_label() if isinstance(h, tuple) else h.get_label() for h in handles]
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(handles), 4), frameon=False, fontsize=8,
+               handler_map={tuple: HandlerTuple(ndivide=None, pad=0)})

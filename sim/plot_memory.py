@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from matplotlib.collections import LineCollection
+from matplotlib.ticker import MaxNLocator
 
 from .plot_data import byte_unit, memory_steps
 from .plot_style import rank_colour
@@ -45,10 +46,13 @@ def draw_memory(
         segments.append(np.column_stack([x * scale, y / divisor]))
         colour = rank_colour(rank, ranks)
         colours.append(colour)
-        top = int(np.argmax(y))
-        peaks.append(float(y[top]))
-        peak_x.append(x[top] * scale)
-        peak_y.append(y[top] / divisor)
+        # The peak is taken over every recorded change, including same-instant ones the curve merges.
+        held = step_memory[step_memory["rank"] == rank]
+        peak = float(held["bytes"].max()) if len(held) else 0.0
+        first = held.loc[held["bytes"] == peak, "time"].min() if len(held) else 0.0
+        peaks.append(peak)
+        peak_x.append(first * scale)
+        peak_y.append(peak / divisor)
         peak_c.append(colour)
     ax.add_collection(LineCollection(segments, colors=colours, linewidths=1.4 if ranks <= 8 else 0.8))
     ax.scatter(peak_x, peak_y, c=peak_c, s=22 if ranks <= 8 else 8, zorder=3, edgecolors="white", linewidths=0.5)
@@ -57,12 +61,13 @@ def draw_memory(
     ax.set_ylim(0.0, (ymax if ymax > 0 else 1.0) * 1.18)
     ax.set_xlabel(f"time ({unit})")
     if ylabel:
-        ax.set_ylabel(f"activations ({label})")
+        ax.set_ylabel(f"activations\n({label})")
     top_rank = int(np.argmax(peaks)) if peaks else 0
     ax.annotate(
         f"peak {peak_y[top_rank]:.3g} (rank {top_rank})",
         (peak_x[top_rank], peak_y[top_rank]), xytext=(4, 4), textcoords="offset points", fontsize=7,
     )
+    ax.yaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
     for spine in ("top", "right"):
         ax.spines[spine].set_visible(False)
     if legend and ranks <= 8:
