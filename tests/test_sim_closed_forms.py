@@ -1,0 +1,88 @@
+"""Closed forms the simulator must reproduce exactly (uniform stages, zero communication).
+
+Sources: GPipe (Huang et al. 2019) and 1F1B (Narayanan et al. 2021): bubble (p-1)/(m+p-1) of
+the p x makespan box; interleaved 1F1B (Narayanan et al. SC'21): (p-1)/(v m + p-1) when p | m,
+i.e. Megatron's fraction (p-1)/(v m); zero-bubble paper (Qi et al. 2024) Sec. 2: 1F1B's bubble
+per rank (p-1)(T_F + T_B + T_W) with B split into input part T_B and weight part T_W.
+Peak activation (rank-share microbatch units): GPipe m; 1F1B min(p-r, m) on rank r;
+interleaved rank 0 min(p v + p - 1, m v) / v, i.e. (p v + p - 1)/v once m >= 2p.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+import schedules
+from sim import CostModel, simulate
+
+REL = 1e-9
+TIMES = [(1.0, 2.0, 0.0), (0.37, 1.13, 0.0), (2.5, 0.5, 0.25), (0.001, 0.003, 0.002), (3.0, 3.0, 3.0)]
+
+
+def costs(f: float, b: float, w: float = 0.0) -> CostModel:
+    return CostModel(forward=f, backward_input=b, backward_weight=w)
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("p,m", list(itertools.product([1, 2, 3, 4, 8], [1, 2, 3, 5, 8, 16])))
+def test_gpipe_and_1f1b_bubble_ratio(name: str, p: int, m: int) -> None:
+    for f, b, w in TIMES:
+        result = simulate(schedules.build(name, ranks=p, microbatches=m), costs(f, b, w))
+        assert result.bubble_ratio == pytest.approx((p - 1) / (m + p - 1), rel=REL, abs=1e-15)
+        assert result.makespan == pytest.approx((m + p - 1) * (f + b + w), rel=REL)
+        assert result.bubble_fraction == pytest.approx((p - 1) / m, rel=REL, abs=1e-15)
+
+
+@pytest.mark.parametrize("p,v,k", list(itertools.product([2, 3, 4], [2, 3, 4], [1, 2, 3])))
+def test_interleaved_bubble_ratio(p: int, v: int, k: int) -> None:
+    m = k * p
+    schedule = schedules.build("interleaved", ranks=p, microbatches=m, chunks=v)
+    for f, b, w in TIMES:
+        result = simulate(schedule, costs(f, b, w))
+        assert result.bubble_ratio == pytest.approx((p - 1) / (v * m + p - 1), rel=REL)
+        assert result.bubble_fraction == pytest.approx((p - 1) / (v * m), rel=REL)
+        assert result.makespan == pytest.approx((v * m + p - 1) * (f + b + w) / v, rel=REL)
+
+
+@pytest.mark.parametrize("p,m", list(itertools.product([1, 2, 4, 5], [1, 3, 4, 8])))
+def test_peak_activation_gpipe_and_1f1b(p: int, m: int) -> None:
+    gpipe = simulate(schedules.build("gpipe", ranks=p, microbatches=m), costs(1.0, 2.0))
+    assert gpipe.peak_activation == [m] * p
+    one = simulate(schedules.build("1f1b", ranks=p, microbatches=m), CostModel(1.0, 2.0, activation_memory=3000))
+    assert one.peak_activation == [min(p - r, m) for r in range(p)]
+    assert one.peak_activation_bytes == [3000 * min(p - r, m) for r in range(p)]
+
+
+@pytest.mark.parametrize("p,v,k", list(itertools.product([2, 3, 4], [2, 3, 4], [1, 2, 3])))
+def test_peak_activation_interleaved_rank0(p: int, v: int, k: int) -> None:
+    m = k * p
+    result = simulate(schedules.build("interleaved", ranks=p, microbatches=m, chunks=v), costs(1.0, 2.0))
+    expected = min(p * v + p - 1, m * v) / v
+    assert result.peak_activation[0] == pytest.approx(expected, rel=REL)
+    if m >= 2 * p:
+        assert result.peak_activation[0] == pytest.approx((p * v + p - 1) / v, rel=REL)
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (4, 16), (8, 8)])
+def test_1f1b_split_costs_bubble_per_rank(p: int, m: int) -> None:
+    """1F1B with B = I + W: every rank idles (p-1)(T_F+T_B+T_W) of the makespan, and
+    within its own span rank r idles (p-1-r)(T_F+T_B+T_W)."""
+    tf, tb, tw = 1.0, 1.5, 0.75
+    result = simulate(schedules.build("1f1b", ranks=p, microbatches=m), costs(tf, tb, tw))
+    unit = tf + tb + tw
+    for rank in range(p):
+        assert result.idle[rank] == pytest.approx((p - 1) * unit, rel=REL)
+        assert result.span_idle[rank] == pytest.approx((p - 1 - rank) * unit, rel=REL, abs=1e-12)
+    spans = sum(m * unit + (p - 1 - r) * unit for r in range(p))
+    assert result.bubble_ratio_rank_span == pytest.approx(sum(range(p)) * unit / spans, rel=REL)
+    assert result.bubble_ratio_rank_span < result.bubble_ratio
+
+
+def test_only_full_backward_splits_evenly_for_split_schedules() -> None:
+    """backward_full alone: B costs B, and a split backward runs I = W = B/2 (p=1, hand order)."""
+    order = ((schedules.Action.parse("0F0"), schedules.Action.parse("0I0"), schedules.Action.parse("0W0")),)
+    schedule = schedules.Schedule("hand", 1, 1, 1, (0,), order)
+    result = simulate(schedule, CostModel(forward=1.0, backward_full=3.0))
+    assert list(result.timeline["end"] - result.timeline["start"]) == [1.0, 1.5, 1.5]
