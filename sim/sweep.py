@@ -1,0 +1,88 @@
+"""Simulate many configurations (schedule, p, m, v) under one cost model into one table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+import pandas as pd
+
+import schedules
+from schedules import Schedule, ScheduleError
+
+from .costs import CostModel
+from .engine import simulate
+
+# One row per configuration; every column is a scalar so the table reads back from CSV as is.
+TABLE_COLUMNS: tuple[str, ...] = (
+    "schedule", "ranks", "microbatches", "chunks", "makespan", "time_per_microbatch", "bubble_ratio",
+    "bubble_ratio_rank_span", "bubble_fraction", "peak_activation", "peak_activation_bytes", "actions",
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One point of a sweep; chunks is None for schedules with a fixed chunk count."""
+
+    schedule: str
+    ranks: int
+    microbatches: int
+    chunks: int | None
+
+    def __str__(self) -> str:
+        v = "" if self.chunks is None else f", v={self.chunks}"
+        return f"{self.schedule} (p={self.ranks}, m={self.microbatches}{v})"
+
+
+def grid(
+    names: Sequence[str], ranks: Sequence[int], microbatches: Sequence[int], chunks: Sequence[int]
+) -> list[Config]:
+    """Every combination, in the order given; `chunks` only varies schedules that take it.
+
+    Unknown schedule names raise ScheduleError.
+    """
+    configs: list[Config] = []
+    for name in names:
+        takes_chunks = schedules.generator(name).chunks is None
+        for p in ranks:
+            for m in microbatches:
+                for v in (chunks if takes_chunks else [None]):
+                    config = Config(name, p, m, v)
+                    if config not in configs:
+                        configs.append(config)
+    return configs
+
+
+def build(config: Config) -> Schedule:
+    """The validated schedule of a configuration; ScheduleError if it is illegal."""
+    return schedules.build(config.schedule, ranks=config.ranks, microbatches=config.microbatches, chunks=config.chunks)
+
+
+def summarize(schedule: Schedule, costs: CostModel) -> dict:
+    """SimResult.summary() of one simulation, plus the number of lowered actions."""
+    result = simulate(schedule, costs)
+    return {**result.summary(), "actions": result.program.num_actions}
+
+
+def table(records: Iterable[dict]) -> pd.DataFrame:
+    """The scalar columns (TABLE_COLUMNS) of summaries, one row each."""
+    return pd.DataFrame([{c: r[c] for c in TABLE_COLUMNS} for r in records], columns=list(TABLE_COLUMNS))
+
+
+def run(
+    configs: Iterable[Config],
+    costs: CostModel,
+    progress: Callable[[Iterable[Config]], Iterable[Config]] = lambda it: it,
+) -> tuple[pd.DataFrame, list[tuple[Config, str]]]:
+    """Simulate every configuration; returns the table and the (config, reason) pairs skipped
+    because the schedule cannot run at those sizes. A cost model that does not fit a schedule
+    (CostError) is not skipped: it propagates."""
+    records, skipped = [], []
+    for config in progress(configs):
+        try:
+            schedule = build(config)
+        except ScheduleError as exc:
+            skipped.append((config, str(exc)))
+            continue
+        records.append(summarize(schedule, costs))
+    return table(records), skipped

@@ -1,0 +1,85 @@
+"""`python -m sim sweep`: simulate a grid of schedules and sizes into one table."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import schedules
+from schedules import ScheduleError
+
+from . import sweep
+from .cost_args import add_cost_arguments, costs_from_args, names, positive_ints
+from .costs import CostError
+
+
+def add_parser(subparsers) -> None:
+    """Register `sweep` on an argparse subparsers object."""
+    parser = subparsers.add_parser(
+        "sweep",
+        help="simulate every combination of schedules, p, m and v into one table (CSV or JSON)",
+        description=(
+            "Simulate every combination of the given schedules, ranks, microbatches and chunks "
+            "(chunks only vary schedules that take it) under one cost model and write one table, "
+            "one row per configuration, with the columns: " + ", ".join(sweep.TABLE_COLUMNS) + ". "
+            "Combinations a schedule cannot run are skipped and counted on stderr. Read it back with "
+            "pandas.read_csv (or pandas.read_json for --out FILE.json)."
+        ),
+    )
+    parser.add_argument("--schedules", type=names, metavar="A,B,...", help="schedules (default: all registered)")
+    parser.add_argument("--ranks", type=positive_ints, default=[4], metavar="P,...", help="ranks (default 4)")
+    parser.add_argument(
+        "--microbatches", type=positive_ints, default=[4, 8, 16, 32], metavar="M,...",
+        help="microbatches (default 4,8,16,32)",
+    )
+    parser.add_argument(
+        "--chunks", type=positive_ints, default=[2, 4], metavar="V,...",
+        help="chunks per rank for schedules that take it (default 2,4)",
+    )
+    add_cost_arguments(parser)
+    parser.add_argument(
+        "--out", metavar="FILE", help="write the table here (.csv, or .json for a list of records); default: CSV on stdout",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.set_defaults(func=run)
+
+
+def _fail(message: str) -> int:
+    print(f"sim sweep: error: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handle `sim sweep`; returns the exit code."""
+    from tqdm import tqdm
+
+    out = Path(args.out) if args.out else None
+    if out is not None and out.suffix not in (".csv", ".json"):
+        return _fail(f"--out must end in .csv or .json, got {args.out!r}")
+    def progress(items):
+        return tqdm(items, total=len(items), desc="sweep", unit="config", file=sys.stderr, disable=args.no_progress)
+
+    try:
+        costs = costs_from_args(args)
+        configs = sweep.grid(args.schedules or schedules.available(), args.ranks, args.microbatches, args.chunks)
+        frame, skipped = sweep.run(configs, costs, progress=progress)
+    except (ScheduleError, CostError) as exc:
+        return _fail(str(exc))
+    if skipped:
+        examples = "; ".join(f"{config}: {reason}" for config, reason in skipped[:2])
+        print(f"sim sweep: skipped {len(skipped)} of {len(configs)} configurations (e.g. {examples})", file=sys.stderr)
+    if frame.empty:
+        return _fail("no configuration is legal")
+    try:
+        if out is None:
+            print(frame.to_csv(index=False), end="")
+        elif out.suffix == ".csv":
+            frame.to_csv(out, index=False)
+        else:
+            frame.to_json(out, orient="records", indent=2)
+    except OSError as exc:
+        return _fail(f"cannot write {out}: {exc.strerror or exc}")
+    if out is not None:
+        print(f"sim sweep: wrote {len(frame)} rows to {out}", file=sys.stderr)
+    return 0
