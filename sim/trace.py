@@ -8,8 +8,9 @@ Format: the Chrome Trace Event JSON that ui.perfetto.dev and chrome://tracing op
   ever holds two overlapping events;
 - a flow arrow (``"ph": "s"`` then ``"f"`` with ``"bp": "e"``, one id per transfer) joins
   each SEND to its RECV: ``s`` at the send's start, ``f`` at the receive's end (the data's
-  arrival); each is written right after its own slice so that, at equal timestamps, a
-  reader binds it to that slice;
+  arrival); each is written right after its own slice: Perfetto binds a flow event to the
+  slice open on its thread and orders equal timestamps by position in the file
+  (trace_processor's TraceSorter), so the arrow lands on that slice;
 - activation memory is a counter (``"ph": "C"``) per rank;
 - ``"ph": "M"`` events name and order processes ("rank r") and threads.
 
