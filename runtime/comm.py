@@ -1,0 +1,186 @@
+"""Point-to-point transfers between stages: keys, tags, posting order, waits with a timeout.
+
+A transfer is named by its key ``(direction, sending stage, microbatch)`` (direction 0
+for activations, 1 for gradients); both ends derive the same key from their action.
+
+Two transports:
+
+- ``tagged`` (gloo): one process group; each transfer carries a tag made from its key,
+  so a receive matches its send whatever order either side posts them in.
+- ``ordered`` (NCCL, which ignores tags and matches in posting order): one two-rank
+  group per direction of each communicating pair, so traffic A->B never queues behind
+  B->A on a shared stream; and a receive is posted, together with every earlier
+  transfer of the same sender->receiver direction not yet posted, in the sender's
+  order (`posting_plan`), so posting order always agrees with the sender's.
+"""
+
+from __future__ import annotations
+
+import datetime
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from schedules import Action, Kind, Program
+
+from .errors import PeerError
+
+TRANSPORTS = ("tagged", "ordered")
+
+# Dtypes a stage boundary may carry, by their code in the shape message.
+DTYPES = (
+    torch.float32, torch.float16, torch.bfloat16, torch.float64,
+    torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool,
+)
+MAX_DIMS = 8
+META_LEN = 3 + MAX_DIMS  # status, dtype code, ndim, dims
+
+
+def transfer_key(action: Action) -> tuple[int, int, int]:
+    """(direction, sending stage, microbatch) of a SEND or RECV action."""
+    kind = action.kind
+    if kind is Kind.SEND_F:
+        return (0, action.stage, action.microbatch)
+    if kind is Kind.RECV_F:
+        return (0, action.stage - 1, action.microbatch)
+    if kind is Kind.SEND_B:
+        return (1, action.stage, action.microbatch)
+    if kind is Kind.RECV_B:
+        return (1, action.stage + 1, action.microbatch)
+    raise ValueError(f"{action} is not a transfer")
+
+
+def tag_of(key: tuple[int, int, int], microbatches: int) -> int:
+    direction, stage, mb = key
+    return (stage * 2 + direction) * microbatches + mb
+
+
+def directed_pairs(program: Program) -> list[tuple[int, int]]:
+    """(sender, receiver) rank pairs that carry at least one transfer, sorted."""
+    s2r = program.schedule.stage_to_rank
+    pairs = {
+        (rank, s2r[a.peer_stage()])
+        for rank, stream in enumerate(program.streams)
+        for a in stream
+        if a.kind.is_send
+    }
+    return sorted(pairs)
+
+
+def posting_plan(program: Program, rank: int) -> dict[int, tuple[tuple[int, int, int], ...]]:
+    """For each RECV position of `rank`'s stream, the transfer keys to post there.
+
+    Keys come from one sender and are posted in that sender's SEND order: the RECV's
+    own key plus any earlier key of the sender not yet posted.
+    """
+    s2r = program.schedule.stage_to_rank
+    send_order: dict[int, list[tuple[int, int, int]]] = {}
+    for src, stream in enumerate(program.streams):
+        if src == rank:
+            continue
+        send_order[src] = [transfer_key(a) for a in stream if a.kind.is_send and s2r[a.peer_stage()] == rank]
+    posted: dict[int, int] = {src: 0 for src in send_order}
+    index = {src: {key: i for i, key in enumerate(keys)} for src, keys in send_order.items()}
+    plan: dict[int, tuple[tuple[int, int, int], ...]] = {}
+    for pos, action in enumerate(program.streams[rank]):
+        if not action.kind.is_recv:
+            continue
+        src = s2r[action.peer_stage()]
+        j = index[src][transfer_key(action)]
+        plan[pos] = tuple(send_order[src][posted[src] : j + 1])
+        posted[src] = max(posted[src], j + 1)
+    return plan
+
+
+class Transport:
+    """Posts sends and receives for one rank and waits on them with a timeout."""
+
+    def __init__(self, program: Program, rank: int, timeout: float, kind: str):
+        if kind not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}; got {kind!r}")
+        self.rank = rank
+        self.kind = kind
+        self.timeout = timeout
+        self._delta = datetime.timedelta(seconds=timeout)
+        self._m = program.schedule.microbatches
+        # Above every transfer's tag, so shape messages never match a transfer.
+        self._meta_tag = 2 * program.schedule.num_stages * self._m
+        self._groups: dict[tuple[int, int], dist.ProcessGroup | None] = {}
+        if kind == "ordered":
+            # new_group is collective over the world: every rank creates every group, in order.
+            for pair in directed_pairs(program):
+                group = dist.new_group(list(pair))
+                if rank in pair:
+                    self._groups[pair] = group
+
+    def isend(self, tensor: Tensor, dst: int, key: tuple[int, int, int]) -> dist.Work:
+        return self._isend(tensor, dst, tag_of(key, self._m))
+
+    def irecv(self, buffer: Tensor, src: int, key: tuple[int, int, int]) -> dist.Work:
+        return self._irecv(buffer, src, tag_of(key, self._m))
+
+    def _isend(self, tensor: Tensor, dst: int, tag: int) -> dist.Work:
+        return dist.isend(tensor, dst, group=self._groups.get((self.rank, dst)), tag=tag)
+
+    def _irecv(self, buffer: Tensor, src: int, tag: int) -> dist.Work:
+        return dist.irecv(buffer, src, group=self._groups.get((src, self.rank)), tag=tag)
+
+    def wait(self, work: dist.Work, waiting_on: str, peer: int) -> None:
+        """Complete `work` or raise PeerError naming this rank, `waiting_on` and the peer."""
+        try:
+            work.wait(timeout=self._delta)
+        except RuntimeError as exc:  # DistBackendError and gloo's errors are RuntimeErrors
+            raise PeerError(
+                f"rank {self.rank}: gave up on {waiting_on} (peer rank {peer}): {reason(exc, peer, self.timeout)}"
+            ) from None
+
+    def send_meta(self, meta: Tensor, dst: int, waiting_on: str) -> None:
+        self.wait(self._isend(meta, dst, self._meta_tag), waiting_on, dst)
+
+    def recv_meta(self, src: int, device: torch.device, waiting_on: str) -> Tensor:
+        meta = torch.empty(META_LEN, dtype=torch.int64, device=device)
+        self.wait(self._irecv(meta, src, self._meta_tag), waiting_on, src)
+        return meta.cpu()
+
+
+def reason(exc: BaseException, peer: int, timeout: float) -> str:
+    """A short cause for a failed wait, from the backend's message."""
+    text = str(exc)
+    lowered = text.lower()
+    if "closed" in lowered or "reset" in lowered or "broken pipe" in lowered:
+        return f"rank {peer} closed the connection (it exited or died)"
+    if "timed out" in lowered or "timeout" in lowered:
+        return f"nothing arrived within the {timeout:g} s timeout (peer stopped or hung)"
+    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+
+
+def encode_meta(tensor: Tensor | None, status: int, device: torch.device) -> Tensor:
+    """The shape message for a boundary tensor (status 1: upstream failed, no shape)."""
+    meta = torch.zeros(META_LEN, dtype=torch.int64)
+    meta[0] = status
+    if tensor is not None:
+        meta[1] = DTYPES.index(tensor.dtype)
+        meta[2] = tensor.dim()
+        meta[3 : 3 + tensor.dim()] = torch.tensor(tensor.shape, dtype=torch.int64)
+    return meta.to(device)
+
+
+def decode_meta(meta: Tensor) -> tuple[int, torch.Size, torch.dtype]:
+    values = meta.tolist()
+    ndim = values[2]
+    return values[0], torch.Size(values[3 : 3 + ndim]), DTYPES[values[1]]
+
+
+def check_boundary(tensor: object, stage: int, rows: int) -> str | None:
+    """Why `tensor` cannot cross a stage boundary, or None if it can."""
+    if not isinstance(tensor, Tensor):
+        return f"stage {stage} returns {type(tensor).__name__}; a stage must return one tensor"
+    if tensor.dtype not in DTYPES:
+        return f"stage {stage} returns dtype {tensor.dtype}, which cannot be sent"
+    if tensor.dim() == 0 or tensor.dim() > MAX_DIMS or tensor.shape[0] != rows:
+        return (
+            f"stage {stage} returns shape {tuple(tensor.shape)} for a microbatch of {rows} rows; "
+            "stage outputs must keep the batch as their first dimension"
+        )
+    return None
+

@@ -1,0 +1,490 @@
+"""The executor: walks one rank's lowered stream action by action, on torch.distributed P2P.
+
+No schedule logic lives here: the order of everything comes from `Program.streams`.
+Per action:
+
+- RECV posts a non-blocking receive; the compute action that consumes it waits for it
+  (the lowering puts each RECV right before its consumer, so the RECV's row in the
+  timeline is the time the rank waited for the data).
+- F / B / I / W run on the stage (see stage.py); an output headed for a stage on the
+  same rank is handed over in memory, one headed elsewhere waits in the outbox for
+  its SEND.
+- SEND posts a non-blocking send; it is completed before the step ends.
+
+Call `execute` on every rank of an initialised process group; it may be called many
+times in one group (tests run a whole matrix of configurations this way).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from schedules import Kind, Program
+
+from . import reference
+from .clock import clock_for
+from .comm import TRANSPORTS, Transport, check_boundary, decode_meta, encode_meta, posting_plan, transfer_key
+from .errors import ConfigError, PeerError
+from .memory import SavedTensorMeter
+from .models import PipelineModel, microbatch_sizes, partition
+from .stage import Stage
+
+F_, B_, I_, W_, SEND_, RECV_ = range(6)
+_CODE = {Kind.F: F_, Kind.B: B_, Kind.I: I_, Kind.W: W_,
+         Kind.SEND_F: SEND_, Kind.SEND_B: SEND_, Kind.RECV_F: RECV_, Kind.RECV_B: RECV_}
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run: measured steps after warm-up steps, the peer timeout, --check, the split.
+
+    `transport` None picks "ordered" on NCCL and "tagged" otherwise (see comm.py).
+    """
+
+    steps: int = 1
+    warmup: int = 0
+    timeout: float = 300.0
+    check: bool = False
+    tolerance: float = reference.TOLERANCE
+    split: tuple[int, ...] | None = None
+    transport: str | None = None
+
+    def validate(self) -> None:
+        if not isinstance(self.steps, int) or self.steps < 1:
+            raise ConfigError(f"--steps must be at least 1; got {self.steps!r}")
+        if not isinstance(self.warmup, int) or self.warmup < 0:
+            raise ConfigError(f"--warmup must be 0 or more; got {self.warmup!r}")
+        if not self.timeout > 0:
+            raise ConfigError(f"--timeout must be positive seconds; got {self.timeout!r}")
+        if self.transport is not None and self.transport not in TRANSPORTS:
+            raise ConfigError(f"transport must be one of {', '.join(TRANSPORTS)}; got {self.transport!r}")
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """Everything about a run that is decided before any communication."""
+
+    program: Program
+    model: PipelineModel
+    options: RunOptions
+    layers: tuple[range, ...]  # per stage
+    sizes: tuple[int, ...]  # rows per microbatch
+
+
+def prepare(program: Program, model: PipelineModel, options: RunOptions, world_size: int) -> Plan:
+    """Check that program, model, options and world size fit together; raises ConfigError."""
+    options.validate()
+    schedule = program.schedule
+    if world_size != schedule.ranks:
+        raise ConfigError(
+            f"the schedule {schedule.describe()} needs {schedule.ranks} ranks but the world has {world_size} "
+            f"(launch with torchrun --nproc-per-node {schedule.ranks}, or that many ranks across nodes)"
+        )
+    layers = partition(len(model.layers), schedule.num_stages, options.split)
+    sizes = microbatch_sizes(model.batch_size, schedule.microbatches)
+    return Plan(program, model, options, layers, tuple(sizes))
+
+
+@dataclass(frozen=True, eq=False)
+class RunResult:
+    """One rank's view of a run; `summary`, `timeline` and `memory` are set on rank 0 only."""
+
+    rank: int
+    passed: bool | None  # --check verdict, the same on every rank; None without --check
+    summary: dict[str, Any] | None = None
+    timeline: Any = None  # pandas DataFrame, schema of schedules.timeline
+    memory: Any = None
+
+
+def default_device() -> torch.device:
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def execute(
+    program: Program, model: PipelineModel, options: RunOptions = RunOptions(), device: torch.device | None = None
+) -> RunResult:
+    """Run `options.warmup + options.steps` steps of `program` on this rank; collective."""
+    from .record import summarize
+
+    plan = prepare(program, model, options, dist.get_world_size())
+    device = default_device() if device is None else device
+    ref = reference.compute(model, device) if options.check else None
+    runner = _Runner(plan, device)
+    try:
+        runner.agree_shapes()
+        for step in range(options.warmup + options.steps):
+            runner.step(step - options.warmup if step >= options.warmup else None)
+        payload = runner.payload(ref)
+    finally:
+        runner.close()
+    gathered = [None] * dist.get_world_size() if runner.rank == 0 else None
+    dist.gather_object(payload, gathered, dst=0)
+    result = summarize(plan, gathered, runner.backend, device) if runner.rank == 0 else None
+    verdict = [None if result is None else result.passed]
+    dist.broadcast_object_list(verdict, src=0)
+    if result is not None:
+        return result
+    return RunResult(rank=runner.rank, passed=verdict[0])
+
+
+@dataclass
+class _Pending:
+    """A posted receive: its work, its buffer, and the RECV action's position."""
+
+    work: Any
+    buffer: Tensor
+    row: int
+    peer: int
+    label: str
+
+
+@dataclass
+class _StepLog:
+    """Raw stamps of one measured step, resolved to seconds after the step."""
+
+    starts: list = field(default_factory=list)
+    ends: list = field(default_factory=list)
+    mem_before: list = field(default_factory=list)
+    mem_after: list = field(default_factory=list)
+
+
+class _Runner:
+    """The per-rank state of one run: stages, transport, compiled stream, records."""
+
+    def __init__(self, plan: Plan, device: torch.device):
+        self.plan = plan
+        self.device = device
+        self.rank = dist.get_rank()
+        self.backend = dist.get_backend()
+        program = plan.program
+        schedule = program.schedule
+        self.schedule = schedule
+        self.stream = program.streams[self.rank]
+        options = plan.options
+        model = plan.model
+        num_stages = schedule.num_stages
+        self.local = schedule.rank_stages[self.rank]
+        m = schedule.microbatches
+
+        inputs = model.inputs.to(device)
+        targets = model.targets.to(device)
+        self.inputs = list(torch.tensor_split(inputs, m))
+        weights = [n / model.batch_size for n in plan.sizes]
+        split_stages = {a.stage for a in self.stream if a.kind is Kind.I}
+        modules = {
+            s: model.stage_module(plan.layers[s], s == 0, s == num_stages - 1).to(device) for s in self.local
+        }
+        params = [p for mod in modules.values() for p in mod.parameters()]
+        self.meter = SavedTensorMeter([*params, inputs, targets])
+        self.stages: dict[int, Stage] = {}
+        for s, module in modules.items():
+            last = s == num_stages - 1
+            self.stages[s] = Stage(
+                s, module, self.meter,
+                loss=model.loss if last else None,
+                targets=list(torch.tensor_split(targets, m)) if last else None,
+                weights=weights if last else None,
+                split=s in split_stages,
+            )
+        kind = options.transport or ("ordered" if self.backend == "nccl" else "tagged")
+        self.transport = Transport(program, self.rank, options.timeout, kind)
+        self.clock = clock_for(device)
+        self.shapes: dict[int, tuple[torch.Size, torch.dtype]] = {}  # boundary s->s+1: shape of mb 0
+        self.logs: list[_StepLog] = []
+        self.step_times: list[float] = []
+        self.peaks: list[int] = []
+        self.cuda_peaks: list[int] = []
+        self.losses: list[float] = []
+        self.ops: list[tuple] = []
+
+    # ----------------------------------------------------------------- setup
+
+    def agree_shapes(self) -> None:
+        """Learn every incoming boundary's shape once: stage by stage, a no-grad forward.
+
+        The owner of stage s runs it on microbatch 0's shape and tells the owner of s+1.
+        A failure travels down the chain as a status, then all ranks learn it together.
+        """
+        s2r = self.schedule.stage_to_rank
+        num_stages = self.schedule.num_stages
+        rows = self.plan.sizes[0]
+        error: str | None = None
+        carried: Tensor | None = None
+        for s in range(num_stages):
+            if s2r[s] != self.rank:
+                continue
+            if s == 0:
+                x = self.inputs[0]
+            elif s2r[s - 1] == self.rank:
+                x = carried
+            else:
+                status, shape, dtype = decode_meta(
+                    self.transport.recv_meta(s2r[s - 1], self.device, f"the shape of stage {s - 1}'s output")
+                )
+                if status:
+                    error = error or f"stage {s - 1} (rank {s2r[s - 1]}) failed its shape check"
+                    x = None
+                else:
+                    self.shapes[s - 1] = (shape, dtype)
+                    x = torch.zeros(shape, dtype=dtype, device=self.device)
+            y = None
+            if error is None:
+                stage = self.stages[s]
+                try:
+                    with torch.no_grad():
+                        y = stage.module(x)
+                        if stage.is_last:
+                            loss = stage.loss(y, stage.targets[0])
+                            if not isinstance(loss, Tensor) or loss.numel() != 1:
+                                error = f"the loss returns {type(loss).__name__} {getattr(loss, 'shape', '')}, not a scalar"
+                        else:
+                            error = check_boundary(y, s, rows)
+                except Exception as exc:  # a user model's own error, reported as one line
+                    error = f"stage {s} fails on a microbatch of {rows} rows: {type(exc).__name__}: {exc}"
+                if error is None and not stage.is_last:
+                    self.shapes[s] = (y.shape, y.dtype)
+            if s + 1 < num_stages:
+                if s2r[s + 1] == self.rank:
+                    carried = y
+                else:
+                    meta = encode_meta(y if error is None else None, 1 if error else 0, self.device)
+                    self.transport.send_meta(meta, s2r[s + 1], f"sending the shape of stage {s}'s output")
+        errors = [None] * dist.get_world_size()
+        dist.all_gather_object(errors, error)
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise ConfigError(first)
+        self._compile()
+
+    def _compile(self) -> None:
+        """The stream as tuples the step loop can run without looking anything up."""
+        s2r = self.schedule.stage_to_rank
+        num_stages = self.schedule.num_stages
+        split_mbs = {(a.stage, a.microbatch) for a in self.stream if a.kind is Kind.I}
+        plan = posting_plan(self.plan.program, self.rank) if self.transport.kind == "ordered" else {}
+        recv_row = {transfer_key(a): i for i, a in enumerate(self.stream) if a.kind.is_recv}
+        ops = []
+        for i, a in enumerate(self.stream):
+            code = _CODE[a.kind]
+            s, mb = a.stage, a.microbatch
+            stage = self.stages.get(s)
+            if code == F_:
+                key_in = None if s == 0 else (0, s - 1, mb)
+                key_out = None if s == num_stages - 1 else (0, s, mb)
+                ops.append((code, i, stage, mb, key_in, key_out, (s, mb) in split_mbs, str(a)))
+            elif code in (B_, I_):
+                key_in = None if s == num_stages - 1 else (1, s + 1, mb)
+                key_out = None if s == 0 else (1, s, mb)
+                ops.append((code, i, stage, mb, key_in, key_out, False, str(a)))
+            elif code == W_:
+                ops.append((code, i, stage, mb, None, None, False, str(a)))
+            else:
+                key = transfer_key(a)
+                peer = s2r[a.peer_stage()]
+                if code == SEND_:
+                    ops.append((code, i, None, mb, key, peer, False, str(a)))
+                else:
+                    keys = plan.get(i, (key,))
+                    posts = tuple((k, self._buffer_shape(k), recv_row[k], self._label(k)) for k in keys)
+                    ops.append((code, i, None, mb, posts, peer, False, str(a)))
+        self.ops = ops
+        self.static_rows = [
+            (self.rank, a.stage, self.schedule.chunk_of(a.stage), a.microbatch, a.kind.value, str(a),
+             -1 if a.kind.is_compute else s2r[a.peer_stage()])
+            for a in self.stream
+        ]
+
+    def _buffer_shape(self, key: tuple[int, int, int]) -> tuple[torch.Size, torch.dtype]:
+        """Shape of transfer `key`: the boundary's shape with this microbatch's rows."""
+        _, sender, mb = key
+        shape, dtype = self.shapes[sender if key[0] == 0 else sender - 1]
+        return torch.Size((self.plan.sizes[mb], *shape[1:])), dtype
+
+    def _label(self, key: tuple[int, int, int]) -> str:
+        direction, sender, mb = key
+        return f"{sender + 1}RECV_F{mb}" if direction == 0 else f"{sender - 1}RECV_B{mb}"
+
+    # ------------------------------------------------------------------ step
+
+    def _barrier(self, where: str) -> None:
+        try:
+            if self.backend == "nccl":
+                dist.barrier(device_ids=[self.device.index])
+            else:
+                dist.barrier()
+        except RuntimeError as exc:
+            from .comm import reason
+
+            raise PeerError(f"rank {self.rank}: barrier {where} failed: {reason(exc, -1, self.plan.options.timeout)}") from None
+
+    def step(self, measured: int | None) -> None:
+        """One training step (forward and backward of every microbatch); `measured` is its index."""
+        for stage in self.stages.values():
+            stage.zero_grad()
+        cuda = self.device.type == "cuda"
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self.meter.reset_peak()
+        label = "a warm-up step" if measured is None else f"measured step {measured}"
+        self._barrier(f"before {label}")
+        if cuda:
+            torch.cuda.synchronize(self.device)
+        wall0 = time.perf_counter_ns()
+        log = self._run_stream()
+        if cuda:
+            torch.cuda.synchronize(self.device)
+        self._barrier(f"after {label}")
+        wall = (time.perf_counter_ns() - wall0) / 1e9
+        if measured is None:
+            return
+        self.clock.finish()
+        seconds = self.clock.seconds
+        log.starts = [seconds(t) for t in log.starts]
+        log.ends = [seconds(t) for t in log.ends]
+        self.logs.append(log)
+        self.step_times.append(wall)
+        self.peaks.append(self.meter.peak)
+        self.cuda_peaks.append(torch.cuda.max_memory_allocated(self.device) if cuda else 0)
+        last = self.stages.get(self.schedule.num_stages - 1)
+        if last is not None:
+            self.losses.append(float(last.loss_sum))
+
+    def _run_stream(self) -> _StepLog:
+        n = len(self.stream)
+        starts = [0] * n
+        ends = [0] * n
+        before = [0] * n
+        after = [0] * n
+        meter = self.meter
+        transport = self.transport
+        device = self.device
+        stamp = self.clock.stamp
+        inputs = self.inputs
+        mailbox: dict = {}
+        pending: dict = {}
+        sends: list = []
+        self.clock.begin()
+        for code, i, stage, mb, a, b, split, text in self.ops:
+            if code == RECV_:
+                starts[i] = stamp()
+                for key, (shape, dtype), row, label in a:
+                    buffer = torch.empty(shape, dtype=dtype, device=device)
+                    pending[key] = _Pending(transport.irecv(buffer, b, key), buffer, row, b, label)
+                continue
+            if code == SEND_:
+                starts[i] = stamp()
+                tensor = mailbox.pop(a)
+                sends.append((transport.isend(tensor, b, a), i, tensor, b, text))
+                continue
+            x = None
+            if a is not None:
+                recv = pending.pop(a, None)
+                if recv is None:
+                    x = mailbox.pop(a)
+                else:
+                    transport.wait(recv.work, recv.label, recv.peer)
+                    ends[recv.row] = stamp()
+                    x = recv.buffer
+            before[i] = meter.bytes
+            starts[i] = stamp()
+            if code == F_:
+                out = stage.forward(mb, inputs[mb] if x is None else x, split)
+            elif code == B_:
+                out = stage.backward(mb, x)
+            elif code == I_:
+                out = stage.backward_input(mb, x)
+            else:
+                out = stage.backward_weight(mb)
+            if b is not None:
+                mailbox[b] = out
+            ends[i] = stamp()
+            after[i] = meter.bytes
+            if sends:
+                sends = self._reap(sends, ends, stamp)
+        for work, i, _, peer, text in sends:
+            transport.wait(work, text, peer)
+            ends[i] = stamp()
+        if mailbox or pending:
+            left = sorted(str(k) for k in (*mailbox, *pending))
+            raise RuntimeError(f"rank {self.rank}: step ended with undelivered transfers {left}")
+        return _StepLog(starts, ends, before, after)
+
+    @staticmethod
+    def _reap(sends: list, ends: list, stamp) -> list:
+        """Stamp the sends that have completed since the last look; keep the rest."""
+        waiting = []
+        for entry in sends:
+            if entry[0].is_completed():
+                ends[entry[1]] = stamp()
+            else:
+                waiting.append(entry)
+        return waiting
+
+    # --------------------------------------------------------------- results
+
+    def payload(self, ref: reference.Reference | None) -> dict[str, Any]:
+        """What this rank sends to rank 0: its rows, times, memory and check errors."""
+        timeline, memory = [], []
+        compute = [i for i, a in enumerate(self.stream) if a.kind.is_compute]
+        for step, log in enumerate(self.logs):
+            for i, static in enumerate(self.static_rows):
+                timeline.append((step, *static, log.starts[i], log.ends[i]))
+            memory.append((step, self.rank, 0.0, log.mem_before[compute[0]] if compute else 0))
+            for i in compute:
+                memory.append((step, self.rank, log.ends[i], log.mem_after[i]))
+        stats: dict[int, dict[str, list[float]]] = {s: {} for s in self.local}
+        for log in self.logs:
+            saved: dict[tuple[int, int], int] = {}
+            for i in compute:
+                a = self.stream[i]
+                entry = stats[a.stage]
+                entry.setdefault(a.kind.value, []).append(log.ends[i] - log.starts[i])
+                delta = log.mem_after[i] - log.mem_before[i]
+                if a.kind is Kind.F:
+                    saved[(a.stage, a.microbatch)] = delta
+                    entry.setdefault("activation_bytes", []).append(delta)
+                elif a.kind is Kind.I:
+                    entry.setdefault("weight_grad_bytes", []).append(saved[(a.stage, a.microbatch)] + delta)
+        stage_stats = {s: {k: median(v) for k, v in kinds.items()} for s, kinds in stats.items()}
+        check = None
+        if ref is not None:
+            errors = {}
+            for stage in self.stages.values():
+                for name, p in stage.module.named_parameters():
+                    if p.requires_grad:
+                        errors[name] = reference.relative_error(p.grad, ref.grads[name])
+            loss_error = None
+            if self.losses:
+                loss_error = abs(self.losses[-1] - ref.loss) / max(abs(ref.loss), 1e-30)
+            check = {"errors": errors, "loss_error": loss_error, "names": sorted(ref.grads)}
+        return {
+            "rank": self.rank,
+            "timeline": timeline,
+            "memory": memory,
+            "step_times": self.step_times,
+            "peak_bytes": max(self.peaks),
+            "peak_cuda_bytes": max(self.cuda_peaks) if self.device.type == "cuda" else None,
+            "loss": self.losses[-1] if self.losses else None,
+            "stages": stage_stats,
+            "boundaries": {
+                s: int(torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size())
+                for s, (shape, dtype) in self.shapes.items()
+                if s in self.local
+            },
+            "params": {s: sum(p.numel() for p in st.params) for s, st in self.stages.items()},
+            "check": check,
+        }
+
+    def close(self) -> None:
+        for stage in self.stages.values():
+            stage.close()

@@ -1,0 +1,77 @@
+"""Activation memory: bytes of the tensors autograd saves for backward, per rank.
+
+Autograd's saved-tensor hooks see every tensor as it is saved; the packed handle is
+released when autograd frees the saved variable, so the count goes up during forward
+and down as backward (or W) consumes the graph. Storages are counted once however many
+ops save them (views of one activation share a storage). Parameters and the batch
+itself (inputs, targets) are not activations: they live for the whole run, so their
+storages are skipped.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+from torch import Tensor
+
+
+class _Held:
+    """A saved tensor as autograd holds it; its death releases the bytes it counted."""
+
+    __slots__ = ("tensor", "meter", "key")
+
+    def __init__(self, tensor: Tensor, meter: "SavedTensorMeter", key: int):
+        self.tensor = tensor
+        self.meter = meter
+        self.key = key
+
+    def __del__(self) -> None:
+        self.meter._release(self.key)
+
+
+class SavedTensorMeter:
+    """Counts the bytes of saved-for-backward storages held right now, and their peak."""
+
+    def __init__(self, exclude: Iterable[Tensor]):
+        self._skip = {t.untyped_storage().data_ptr() for t in exclude}
+        self._held: dict[int, list[int]] = {}  # storage address -> [handles alive, bytes]
+        self.bytes = 0
+        self.peak = 0
+
+    def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
+        """Context manager under which saved tensors are counted."""
+        return torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
+
+    def reset_peak(self) -> None:
+        self.peak = self.bytes
+
+    def _pack(self, tensor: Tensor):
+        try:
+            storage = tensor.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # sparse or other storage-less tensors
+            return tensor
+        key = storage.data_ptr()
+        if key == 0 or key in self._skip:
+            return tensor
+        entry = self._held.get(key)
+        if entry is None:
+            size = storage.nbytes()
+            self._held[key] = [1, size]
+            self.bytes += size
+            if self.bytes > self.peak:
+                self.peak = self.bytes
+        else:
+            entry[0] += 1
+        return _Held(tensor, self, key)
+
+    def _release(self, key: int) -> None:
+        entry = self._held[key]
+        entry[0] -= 1
+        if entry[0] == 0:
+            del self._held[key]
+            self.bytes -= entry[1]
+
+
+def _unpack(packed):
+    return packed.tensor if type(packed) is _Held else packed

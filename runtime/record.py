@@ -1,0 +1,194 @@
+"""Rank 0's view of a run: the gathered timeline and memory tables, metrics, the output files.
+
+Metrics follow the simulator's definitions (sim/result.py), per measured step, then
+the median over steps: makespan T is the latest end of any action of the step (all
+ranks' clocks start at the aligned step start), busy_r is rank r's summed F/B/I/W time,
+``bubble_ratio = sum_r (T - busy_r) / (p T)`` and ``bubble_ratio_rank_span =
+sum_r (span_r - busy_r) / sum_r span_r`` with span_r from rank r's first compute
+start to its last compute end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import torch
+
+import schedules
+from schedules.timeline import memory_frame, timeline_frame
+
+from .clock import __doc__ as CLOCK_DOC
+
+COMPUTE = ("F", "B", "I", "W")
+SUMMARY = "summary.json"
+
+
+def step_metrics(timeline, ranks: int) -> list[dict[str, float]]:
+    """Makespan and bubble ratios of every step of a measured timeline."""
+    metrics = []
+    for step, rows in timeline.groupby("step", sort=True):
+        makespan = float(rows["end"].max())
+        compute = rows[rows["kind"].isin(COMPUTE)]
+        durations = compute["end"] - compute["start"]
+        busy = durations.groupby(compute["rank"]).sum()
+        total_busy = float(busy.sum())
+        span = compute.groupby("rank").agg(first=("start", "min"), last=("end", "max"))
+        spans = float((span["last"] - span["first"]).sum())
+        box = ranks * makespan
+        metrics.append(
+            {
+                "step": int(step),
+                "makespan": makespan,
+                "bubble_ratio": (box - total_busy) / box if box > 0 else 0.0,
+                "bubble_ratio_rank_span": (spans - total_busy) / spans if spans > 0 else 0.0,
+            }
+        )
+    return metrics
+
+
+def summarize(plan, payloads: list[dict[str, Any]], backend: str, device: torch.device):
+    """The RunResult of rank 0: tables, summary dict and --check verdict."""
+    from .executor import RunResult
+
+    program = plan.program
+    schedule = program.schedule
+    payloads = sorted(payloads, key=lambda p: p["rank"])
+    # Payload rows end in (peer, start, end); the schema wants (start, end, peer, source).
+    timeline = timeline_frame(
+        (*row[:7], row[8], row[9], row[7], "measured") for p in payloads for row in p["timeline"]
+    )
+    memory = memory_frame((*row, "measured") for p in payloads for row in p["memory"])
+    metrics = step_metrics(timeline, schedule.ranks)
+    step_times = payloads[0]["step_times"]
+    stages = []
+    for s in range(schedule.num_stages):
+        owner = payloads[schedule.stage_to_rank[s]]
+        layers = plan.layers[s]
+        entry = {
+            "stage": s,
+            "rank": schedule.stage_to_rank[s],
+            "chunk": schedule.chunk_of(s),
+            "layers": [layers.start, layers.stop],
+            "params": owner["params"][s],
+            "output_bytes_per_microbatch": owner["boundaries"].get(s),
+        }
+        entry.update(
+            {
+                (f"{k}_seconds" if k in COMPUTE else k): v
+                for k, v in owner["stages"][s].items()
+            }
+        )
+        stages.append(entry)
+    loss = next((p["loss"] for p in payloads if p["loss"] is not None), None)
+    summary: dict[str, Any] = {
+        "schedule": schedule.name,
+        "ranks": schedule.ranks,
+        "microbatches": schedule.microbatches,
+        "chunks": schedule.chunks,
+        "placement": schedule.placement,
+        "stages": schedule.num_stages,
+        "model": dict(plan.model.flags),
+        "batch_size": plan.model.batch_size,
+        "microbatch_sizes": list(plan.sizes),
+        "steps": plan.options.steps,
+        "warmup": plan.options.warmup,
+        "step_time_median": median(step_times),
+        "step_times": step_times,
+        "makespan_median": median(m["makespan"] for m in metrics),
+        "bubble_ratio": median(m["bubble_ratio"] for m in metrics),
+        "bubble_ratio_rank_span": median(m["bubble_ratio_rank_span"] for m in metrics),
+        "peak_activation_bytes": [p["peak_bytes"] for p in payloads],
+        "peak_cuda_allocated_bytes": [p["peak_cuda_bytes"] for p in payloads] if device.type == "cuda" else None,
+        "loss": loss,
+        "stage_costs": stages,
+        "backend": backend,
+        "device": device.type if device.type == "cpu" else torch.cuda.get_device_name(device),
+        "torch_version": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "timeout_seconds": plan.options.timeout,
+        "clock_alignment": " ".join(CLOCK_DOC.split()),
+    }
+    passed = None
+    if plan.options.check:
+        summary["check"] = check = _verdict(payloads, plan.options.tolerance)
+        passed = check["passed"]
+    return RunResult(rank=0, passed=passed, summary=summary, timeline=timeline, memory=memory)
+
+
+def _verdict(payloads: list[dict[str, Any]], tolerance: float) -> dict[str, Any]:
+    errors: dict[str, float] = {}
+    for p in payloads:
+        errors.update(p["check"]["errors"])
+    expected = payloads[0]["check"]["names"]
+    missing = sorted(set(expected) - set(errors))
+    loss_error = next((p["check"]["loss_error"] for p in payloads if p["check"]["loss_error"] is not None), None)
+    worst = max(errors, key=errors.get) if errors else None
+    max_error = errors[worst] if worst else 0.0
+    passed = not missing and loss_error is not None and max(max_error, loss_error) <= tolerance
+    return {
+        "passed": passed,
+        "tolerance": tolerance,
+        "max_relative_error": max_error,
+        "worst_parameter": worst,
+        "loss_relative_error": loss_error,
+        "parameters_checked": len(errors),
+        "parameters_missing": missing,
+    }
+
+
+def clear_summary(out: str | Path) -> None:
+    """Remove a previous run's summary.json, so a failed run never looks complete."""
+    path = Path(out) / SUMMARY
+    if path.exists():
+        path.unlink()
+
+
+def write_outputs(result, program, out: str | Path) -> None:
+    """timeline.csv, memory.csv, program.json, then summary.json (last, atomically)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    result.timeline.to_csv(out / "timeline.csv", index=False)
+    result.memory.to_csv(out / "memory.csv", index=False)
+    schedules.save_json(program, out / "program.json")
+    handle, tmp = tempfile.mkstemp(dir=out, prefix=".summary.", suffix=".json")
+    with os.fdopen(handle, "w") as f:
+        json.dump(result.summary, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, out / SUMMARY)
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """The one-screen summary rank 0 prints."""
+    lines = [
+        f"{summary['schedule']}: p={summary['ranks']} m={summary['microbatches']} v={summary['chunks']} "
+        f"({summary['placement']} placement), model {summary['model']}",
+        f"backend {summary['backend']} on {summary['device']}, torch {summary['torch_version']}",
+        f"step time median {summary['step_time_median'] * 1e3:.2f} ms over {summary['steps']} steps "
+        f"(after {summary['warmup']} warm-up)",
+        f"bubble ratio {summary['bubble_ratio']:.3f} (rank-span {summary['bubble_ratio_rank_span']:.3f})",
+        "peak activation bytes per rank: " + ", ".join(f"{b:,}" for b in summary["peak_activation_bytes"]),
+    ]
+    if summary.get("loss") is not None:
+        lines.append(f"loss {summary['loss']:.6g}")
+    for st in summary["stage_costs"]:
+        times = "  ".join(
+            f"{k} {st[f'{k}_seconds'] * 1e3:.3f} ms" for k in COMPUTE if f"{k}_seconds" in st
+        )
+        lines.append(f"  stage {st['stage']} (rank {st['rank']}, layers {st['layers'][0]}..{st['layers'][1] - 1}): {times}")
+    check = summary.get("check")
+    if check is not None:
+        verdict = "PASSED" if check["passed"] else "FAILED"
+        lines.append(
+            f"check {verdict}: largest relative gradient error {check['max_relative_error']:.3g} "
+            f"({check['worst_parameter']}), loss error {check['loss_relative_error']:.3g}, "
+            f"tolerance {check['tolerance']:g}"
+            + (f"; no gradient for {', '.join(check['parameters_missing'])}" if check["parameters_missing"] else "")
+        )
+    return "\n".join(lines)
