@@ -1,0 +1,161 @@
+"""`python -m sim compare` and `python -m sim sweep`: outputs, options and one-line errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+import schedules
+from schedules import ScheduleError
+from sim import CostModel
+from sim.cli import main
+
+JSON_KEYS = {
+    "schedule", "ranks", "microbatches", "chunks", "makespan", "bubble_ratio", "bubble_ratio_rank_span",
+    "peak_activation", "peak_activation_per_rank", "peak_activation_bytes",
+}
+
+
+def legal_at(p: int, m: int, v: int) -> list[str]:
+    out = []
+    for name in schedules.available():
+        chunks = v if schedules.generator(name).chunks is None else None
+        try:
+            schedules.build(name, ranks=p, microbatches=m, chunks=chunks)
+        except ScheduleError:
+            continue
+        out.append(name)
+    return out
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_module_entry_point_runs_compare_with_no_arguments() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "sim", "compare"], capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert lines[0].split()[:4] == ["schedule", "ranks", "microbatches", "chunks"]
+    assert [line.split()[0] for line in lines[1:]] == legal_at(4, 8, 2)
+
+
+def test_compare_json(capsys) -> None:
+    code, out, _ = run_cli(capsys, "compare", "--json")
+    assert code == 0
+    records = json.loads(out)
+    assert [r["schedule"] for r in records] == legal_at(4, 8, 2)
+    for record in records:
+        assert JSON_KEYS <= set(record)
+        assert (record["ranks"], record["microbatches"]) == (4, 8)
+        assert record["peak_activation"] == max(record["peak_activation_per_rank"])
+        assert len(record["peak_activation_per_rank"]) == 4
+    by_name = {r["schedule"]: r for r in records}
+    # Default costs F = 1, B = 2: closed forms of the schedules issue 3 names.
+    assert by_name["1f1b"]["bubble_ratio"] == pytest.approx(3 / 11, rel=1e-12)
+    assert by_name["1f1b"]["makespan"] == pytest.approx(11 * 3.0)
+    assert by_name["1f1b"]["peak_activation_per_rank"] == [4, 3, 2, 1]
+    assert by_name["interleaved"]["chunks"] == 2
+    assert by_name["interleaved"]["bubble_ratio"] == pytest.approx(3 / 19, rel=1e-12)
+    assert by_name["gpipe"]["chunks"] == 1 and by_name["gpipe"]["peak_activation"] == 8
+
+
+def test_compare_csv_and_options(capsys) -> None:
+    code, out, _ = run_cli(
+        capsys, "compare", "--csv", "--schedules", "gpipe,1f1b", "--ranks", "2", "--microbatches", "3",
+        "--forward", "0.5", "--backward", "1", "--weight", "0.5", "--comm-latency", "0.25",
+    )
+    assert code == 0
+    frame = pd.read_csv(io.StringIO(out))
+    assert list(frame["schedule"]) == ["gpipe", "1f1b"]
+    # GPipe with latency c: (m+p-1)(f+b) + 2(p-1)c, here B = backward + weight = 1.5.
+    assert frame.loc[0, "makespan"] == pytest.approx(4 * 2.0 + 2 * 0.25)
+    assert frame.loc[0, "time_per_microbatch"] == pytest.approx((4 * 2.0 + 0.5) / 3)
+
+
+def test_compare_costs_file_and_overrides(capsys, tmp_path) -> None:
+    path = tmp_path / "costs.json"
+    CostModel(forward=2.0, backward_input=4.0, activation_memory=100).to_json(path)
+    _, out, _ = run_cli(capsys, "compare", "--json", "--schedules", "1f1b", "--costs", str(path))
+    record = json.loads(out)[0]
+    assert record["makespan"] == pytest.approx(11 * 6.0)
+    assert record["peak_activation_bytes"] == 400
+    _, out, _ = run_cli(capsys, "compare", "--json", "--schedules", "1f1b", "--costs", str(path), "--forward", "1")
+    assert json.loads(out)[0]["makespan"] == pytest.approx(11 * 5.0)
+
+
+def test_compare_chunks_apply_to_schedules_that_take_them(capsys) -> None:
+    _, out, _ = run_cli(capsys, "compare", "--json", "--schedules", "1f1b,interleaved", "--chunks", "4")
+    assert [r["chunks"] for r in json.loads(out)] == [1, 4]
+
+
+def test_compare_skips_illegal_schedules_by_default(capsys) -> None:
+    code, out, err = run_cli(capsys, "compare", "--json", "--microbatches", "5")
+    assert code == 0
+    assert [r["schedule"] for r in json.loads(out)] == legal_at(4, 5, 2)
+    assert "skipping interleaved (p=4, m=5, v=2)" in err
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["compare", "--ranks", "0"], "--ranks: expected a positive integer"),
+        (["compare", "--forward", "-1"], "forward must be a finite number >= 0"),
+        (["compare", "--forward", "nan"], "--forward: expected a finite number"),
+        (["compare", "--schedules", "nope"], "unknown schedule 'nope'"),
+        (["compare", "--schedules", "interleaved", "--microbatches", "5"], "cannot run m=5"),
+        (["compare", "--costs", "/nonexistent/costs.json"], "cannot read cost model"),
+        (["compare", "--json", "--csv"], "not allowed with"),
+        (["sweep", "--microbatches", "4,x"], "expected a positive integer"),
+        (["sweep", "--out", "table.txt"], "--out must end in .csv or .json"),
+        (["nonsense"], "invalid choice"),
+        ([], "required"),
+    ],
+)
+def test_bad_values_exit_2_with_one_line(capsys, argv, message) -> None:
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's own errors exit through Parser.error
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err
+    assert len(err.strip().splitlines()) == 1, err
+
+
+def test_sweep_table_reads_back_with_pandas(capsys, tmp_path) -> None:
+    out = tmp_path / "sweep.csv"
+    code, _, err = run_cli(
+        capsys, "sweep", "--schedules", "gpipe,interleaved", "--ranks", "2,4", "--microbatches", "4,6",
+        "--chunks", "2,3", "--out", str(out),
+    )
+    assert code == 0
+    frame = pd.read_csv(out)
+    # gpipe: 2 x 2 configurations; interleaved: m must be a multiple of p, so (2,4), (2,6), (4,4) x v.
+    assert len(frame) == 4 + 3 * 2
+    assert "skipped 2 of 12 configurations" in err
+    assert "sweep" in err and "100%" in err  # the progress bar
+    row = frame[(frame.schedule == "interleaved") & (frame.ranks == 2) & (frame.microbatches == 6) & (frame.chunks == 3)]
+    assert row["bubble_ratio"].item() == pytest.approx(1 / (3 * 6 + 1), rel=1e-12)
+    assert frame["actions"].dtype.kind == "i"
+
+
+def test_sweep_json_and_stdout(capsys, tmp_path) -> None:
+    out = tmp_path / "sweep.json"
+    assert main(["sweep", "--schedules", "1f1b", "--microbatches", "4,8", "--out", str(out), "--no-progress"]) == 0
+    frame = pd.read_json(out)
+    assert list(frame["microbatches"]) == [4, 8]
+    capsys.readouterr()
+    code, stdout, err = run_cli(capsys, "sweep", "--schedules", "1f1b", "--microbatches", "8", "--no-progress")
+    assert code == 0 and err == ""
+    table = pd.read_csv(io.StringIO(stdout))
+    assert table["bubble_ratio"].item() == pytest.approx(3 / 11, rel=1e-12)
