@@ -24,10 +24,10 @@ from .plot_memory import draw_memory, memory_unit, rank_handles
 WIDTH_IN = 8.0  # README column width at 100 px per inch
 
 
-def rows_height(ranks: int) -> float:
+def rows_height(ranks: int, per_row: float = 0.32) -> float:
     """Height in inches of a Gantt panel with `ranks` rows: roomy for a few, compressed for many."""
     if ranks <= 8:
-        return 0.45 + 0.32 * ranks
+        return 0.45 + per_row * ranks
     return min(3.0 + 0.09 * (ranks - 8), 9.0)
 
 
@@ -120,8 +120,9 @@ def plot_compare(
     span = max(s.makespan for s in summaries.values())
     unit, scale = time_unit(span)
     heights = []
+    per_row = 0.32 if len(timelines) <= 3 else 0.25  # many panels: shorter rows, still room for labels
     for summary in summaries.values():
-        heights.append(rows_height(summary.ranks) + (0.3 if comm else 0.0))
+        heights.append(rows_height(summary.ranks, per_row) + (0.3 if comm else 0.0))
         if memories is not None:
             heights.append(1.3)
     fig = Figure(figsize=(WIDTH_IN, sum(heights) + 0.35 * len(heights) + 1.2), layout="constrained")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .cost_args import add_cost_arguments, positive_int
+
 
 def add_parser(subparsers) -> None:
     """Register `plot` and `figures` on an argparse subparsers object."""
@@ -20,28 +22,31 @@ def add_parser(subparsers) -> None:
     source.add_argument("--schedule", help="schedule name to simulate and plot")
     source.add_argument("--compare", metavar="A,B,...", help="comma-separated schedules, one panel each")
     source.add_argument("--run", metavar="DIR", help="measured run directory (timeline.csv, memory.csv, ...)")
-    plot.add_argument("--ranks", type=int, default=4, help="pipeline ranks p (default 4)")
-    plot.add_argument("--microbatches", type=int, default=8, help="microbatches m (default 8)")
-    plot.add_argument("--chunks", type=int, default=None, help="stages per rank v (interleaved)")
+    plot.add_argument("--ranks", type=positive_int, default=4, help="pipeline ranks p (default 4)")
+    plot.add_argument("--microbatches", type=positive_int, default=8, help="microbatches m (default 8)")
+    plot.add_argument(
+        "--chunks", type=positive_int, default=None,
+        help="stages per rank v for schedules that take it (default: the schedule's own, 2 for interleaved)",
+    )
     plot.add_argument("-o", "--output", required=True, metavar="PNG", help="image file to write")
-    plot.add_argument("--memory", action="store_true", help="add activation-memory panels under the timeline")
-    plot.add_argument("--trace", metavar="JSON", help="also write a Perfetto/Chrome trace")
-    plot.add_argument("--comm", action="store_true", help="draw sends and receive waits on a thin lane per rank")
-    plot.add_argument("--forward", type=float, default=1.0, help="F time, seconds per microbatch per rank (default 1)")
     plot.add_argument(
-        "--backward", type=float, default=2.0,
-        help="input-gradient backward time I, seconds (default 2); a full B costs backward + weight",
+        "--memory", action="store_true",
+        help="add activation-memory curves under the timeline (one panel per schedule with --compare)",
     )
-    plot.add_argument("--weight", type=float, default=0.0, help="weight-gradient time W, seconds (default 0)")
-    plot.add_argument("--comm-latency", type=float, default=0.0, help="transfer latency, seconds (default 0)")
-    plot.add_argument("--costs", metavar="JSON", help="cost model file (replaces the cost flags above)")
-    plot.add_argument("--step", type=int, default=None, help="with --run: step to plot (default: median makespan)")
-    plot.add_argument("--warmup", type=int, default=None, help="with --run: leading steps to skip (default 1)")
-    plot.add_argument(
+    plot.add_argument("--trace", metavar="JSON", help="also write a Perfetto/Chrome trace (not with --compare)")
+    plot.add_argument("--comm", action="store_true", help="draw sends and receive waits on thin lanes per rank")
+    add_cost_arguments(plot)
+    measured = plot.add_argument_group("measured runs")
+    measured.add_argument("--step", type=int, default=None, help="step to plot (default: the median-makespan step)")
+    measured.add_argument(
+        "--warmup", type=int, default=None,
+        help="leading steps left out of the median (default: summary.json's warmup, else 1)",
+    )
+    measured.add_argument(
         "--overlay", action="store_true",
-        help="with --run: simulate the run's program (with the cost flags) and overlay it on the measurement",
+        help="simulate the run's program.json with the cost flags and draw it under the measurement",
     )
-    plot.add_argument("--dpi", type=int, default=150, help="image resolution (default 150)")
+    plot.add_argument("--dpi", type=positive_int, default=150, help="image resolution (default 150)")
     plot.set_defaults(func=run_plot)
 
     figures = subparsers.add_parser(

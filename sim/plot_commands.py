@@ -8,6 +8,7 @@ from typing import Sequence
 
 from schedules import Schedule, ScheduleError, build, generator
 
+from .cost_args import costs_from_args
 from .costs import CostModel
 from .engine import simulate
 from .plot import plot_compare, plot_overlay, plot_timeline
@@ -17,14 +18,6 @@ from .trace import write_trace
 
 MEMORY_UNIT_LABEL = "microbatch units"
 MEMORY_UNIT_NOTE = "memory unit: one microbatch's activations of one rank's share"
-
-
-def cost_model(forward: float, backward: float, weight: float, comm_latency: float = 0.0,
-               costs_file: str | None = None) -> CostModel:
-    """The cost model of the cost flags, or the one in `costs_file` when given."""
-    if costs_file is not None:
-        return CostModel.from_json(costs_file)
-    return CostModel(forward=forward, backward_input=backward, backward_weight=weight, p2p_latency=comm_latency)
 
 
 def describe_costs(costs: CostModel) -> str:
@@ -70,7 +63,7 @@ def _schedule_names(text: str) -> list[str]:
 
 def execute(args: argparse.Namespace) -> list[Path]:
     """Run one `sim plot` invocation; returns the files written."""
-    costs = cost_model(args.forward, args.backward, args.weight, args.comm_latency, args.costs)
+    costs = costs_from_args(args)
     out = Path(args.output)
     written = [out]
     if args.run is not None:
@@ -101,7 +94,9 @@ def execute(args: argparse.Namespace) -> list[Path]:
             unit_label=MEMORY_UNIT_LABEL, comm=args.comm, note=note, path=out, dpi=args.dpi,
         )
         return written
-    result = simulate_named([args.schedule], args.ranks, args.microbatches, args.chunks, costs)[args.schedule]
+    # One named schedule: an explicit --chunks it cannot take is an error, not ignored.
+    schedule = build(args.schedule, ranks=args.ranks, microbatches=args.microbatches, chunks=args.chunks)
+    result = simulate(schedule, costs)
     note = describe_costs(costs) + (f"\n{MEMORY_UNIT_NOTE}" if args.memory else "")
     plot_timeline(result.timeline, result.memory if args.memory else None, name=args.schedule, comm=args.comm,
                   unit_bytes=result.activation_unit_bytes, unit_label=MEMORY_UNIT_LABEL, note=note, path=out,
