@@ -59,4 +59,19 @@ def regenerate(out_dir="figures") -> list[Path]:
     plot_timeline(result.timeline, result.memory, name="interleaved", comm=True,
                   unit_bytes=result.activation_unit_bytes, unit_label=MEMORY_UNIT_LABEL,
                   note=f"{describe_costs(COMM_COSTS)}\n{MEMORY_UNIT_NOTE}", path=detail, dpi=DPI)
+    for path in (compare, memory, detail):
+        shrink_png(path)
     return [compare, memory, detail]
+
+
+def shrink_png(path: Path, colours: int = 128) -> None:
+    """Rewrite a PNG with a palette of `colours`: a third of the bytes, no visible change.
+
+    The figures are flat colours plus antialiased edges, which a 128-colour palette holds;
+    Pillow ships with matplotlib.
+    """
+    from PIL import Image
+
+    with Image.open(path) as image:
+        rgb = image.convert("RGB")
+    rgb.quantize(colors=colours, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(path, optimize=True)
