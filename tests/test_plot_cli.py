@@ -1,0 +1,151 @@
+"""`python -m sim plot` and `python -m sim figures`: outputs, measured run directories, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import schedules
+from plot_tables import gpipe_memory, measured_steps
+from schedules import ScheduleError
+from schedules.io import save_json
+from sim.cli import main
+from sim.plot_figures import SPLIT_COSTS, legal_results
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_run(root: Path, factors=(9.0, 1.0, 2.0), p: int = 2, m: int = 3, summary: dict | None = None) -> Path:
+    """A run directory as the executor writes it, from hand-built GPipe steps."""
+    root.mkdir(parents=True, exist_ok=True)
+    measured_steps(p, m, factors).to_csv(root / "timeline.csv", index=False)
+    memory = pd.concat([gpipe_memory(p, m, k, 2 * k, step=s, source="measured") for s, k in enumerate(factors)])
+    memory.to_csv(root / "memory.csv", index=False)
+    info = {"schedule": "gpipe", "ranks": p, "microbatches": m, "chunks": 1}
+    (root / "summary.json").write_text(json.dumps(info | (summary or {})))
+    save_json(schedules.lower(schedules.build("gpipe", ranks=p, microbatches=m)), root / "program.json")
+    return root
+
+
+def fails(capsys, argv, message: str) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("sim plot: error: ")
+    assert message in err
+
+
+def test_schedule_with_memory_trace_and_comm_lanes(tmp_path, capsys):
+    png, trace = tmp_path / "timeline.png", tmp_path / "trace.json"
+    argv = ["plot", "--schedule", "interleaved", "--ranks", "4", "--microbatches", "8", "--chunks", "2",
+            "-o", str(png), "--memory", "--trace", str(trace), "--comm", "--comm-latency", "0.1"]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.split() == [str(png), str(trace)]
+    assert png.read_bytes()[:8] == PNG_MAGIC
+    events = json.loads(trace.read_text())["traceEvents"]
+    kinds = {e["cat"] for e in events if e["ph"] == "X"}
+    assert kinds == {"F", "B", "SEND_F", "RECV_F", "SEND_B", "RECV_B"}
+    # 4 ranks x 2 chunks x 8 microbatches x (F, B) compute slices
+    assert sum(1 for e in events if e["ph"] == "X" and e["cat"] in ("F", "B")) == 4 * 2 * 8 * 2
+    assert any(e["ph"] == "C" for e in events) and any(e["ph"] == "s" for e in events)
+
+
+def test_compare_with_memory_and_cost_flags(tmp_path):
+    png = tmp_path / "cmp.png"
+    argv = ["plot", "--compare", "gpipe,1f1b,interleaved", "-o", str(png), "--memory",
+            "--forward", "1", "--backward", "1", "--weight", "1"]
+    assert main(argv) == 0
+    assert png.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_measured_run_plots_overlays_and_traces_the_median_step(tmp_path):
+    run = make_run(tmp_path / "run")
+    png, trace = tmp_path / "run.png", tmp_path / "run.json"
+    assert main(["plot", "--run", str(run), "-o", str(png), "--memory", "--comm", "--trace", str(trace)]) == 0
+    assert png.read_bytes()[:8] == PNG_MAGIC
+    assert json.loads(trace.read_text())["otherData"]["step"] == 1  # steps 1..2 after warm-up: lower median
+    assert main(["plot", "--run", str(run), "-o", str(png), "--overlay", "--backward", "2"]) == 0
+    assert main(["plot", "--run", str(run), "-o", str(png), "--step", "0", "--trace", str(trace)]) == 0
+    assert json.loads(trace.read_text())["otherData"]["step"] == 0
+    told = make_run(tmp_path / "told", summary={"warmup": 0})
+    assert main(["plot", "--run", str(told), "-o", str(png), "--trace", str(trace)]) == 0
+    assert json.loads(trace.read_text())["otherData"]["step"] == 2  # median of all three
+
+
+def test_run_directory_errors_are_one_line(tmp_path, capsys):
+    png = str(tmp_path / "x.png")
+    fails(capsys, ["plot", "--run", str(tmp_path / "absent"), "-o", png], "does not exist")
+
+    no_memory = make_run(tmp_path / "no_memory")
+    (no_memory / "memory.csv").unlink()
+    fails(capsys, ["plot", "--run", str(no_memory), "-o", png], "lacks memory.csv")
+
+    truncated = make_run(tmp_path / "truncated")
+    text = (truncated / "timeline.csv").read_text()
+    (truncated / "timeline.csv").write_text(text[: len(text) // 2].rsplit(",", 3)[0] + "\n")
+    fails(capsys, ["plot", "--run", str(truncated), "-o", png], "timeline.csv")
+
+    empty = make_run(tmp_path / "empty")
+    (empty / "timeline.csv").write_text("")
+    fails(capsys, ["plot", "--run", str(empty), "-o", png], "timeline")
+
+    wrong_columns = make_run(tmp_path / "wrong_columns")
+    (wrong_columns / "memory.csv").write_text("a,b\n1,2\n")
+    fails(capsys, ["plot", "--run", str(wrong_columns), "-o", png], "missing columns")
+
+    bad_summary = make_run(tmp_path / "bad_summary")
+    (bad_summary / "summary.json").write_text("{not json")
+    fails(capsys, ["plot", "--run", str(bad_summary), "-o", png], "summary.json is not valid JSON")
+
+    no_program = make_run(tmp_path / "no_program")
+    (no_program / "program.json").unlink()
+    fails(capsys, ["plot", "--run", str(no_program), "-o", png, "--overlay"], "lacks program.json")
+
+    fails(capsys, ["plot", "--run", str(no_program), "-o", png, "--step", "9"], "step 9 is not in the timeline")
+
+
+def test_bad_arguments_are_one_line(tmp_path, capsys):
+    png = str(tmp_path / "x.png")
+    fails(capsys, ["plot", "--schedule", "nope", "-o", png], "unknown schedule 'nope'")
+    fails(capsys, ["plot", "--schedule", "1f1b", "--chunks", "2", "-o", png], "chunks=2")
+    fails(capsys, ["plot", "--compare", "gpipe,1f1b", "--trace", "t.json", "-o", png], "--trace")
+    fails(capsys, ["plot", "--schedule", "gpipe", "--step", "1", "-o", png], "measured run")
+    fails(capsys, ["plot", "--schedule", "gpipe", "--costs", str(tmp_path / "none.json"), "-o", png], "none.json")
+    fails(capsys, ["plot", "--schedule", "gpipe", "--forward", "-1", "-o", png], "forward")
+    fails(capsys, ["plot", "--schedule", "gpipe", "-o", str(tmp_path / "no" / "dir.png")], "No such file")
+    with pytest.raises(SystemExit) as stop:
+        main(["plot", "-o", png])  # no source: argparse's own error
+    assert stop.value.code == 2
+    assert "one of the arguments --schedule --compare --run is required" in capsys.readouterr().err
+
+
+def test_figures_regenerates_every_readme_figure(tmp_path, capsys):
+    assert main(["figures", "--out", str(tmp_path)]) == 0
+    written = [Path(line) for line in capsys.readouterr().out.split()]
+    assert [p.name for p in written] == ["compare_p4_m8.png", "memory_p4_m8.png", "interleaved_comm_p4_m8.png"]
+    assert all(p.read_bytes()[:8] == PNG_MAGIC for p in written)
+    legal = []
+    for name in schedules.available():
+        takes_chunks = schedules.generator(name).chunks is None
+        try:
+            schedules.build(name, ranks=4, microbatches=8, chunks=2 if takes_chunks else None)
+        except ScheduleError:
+            continue
+        legal.append(name)
+    assert list(legal_results(SPLIT_COSTS)) == legal
+    assert {"gpipe", "1f1b", "interleaved"} <= set(legal)
+
+
+def test_python_dash_m_sim_plot_runs_headless(tmp_path):
+    env = {"PATH": "", "HOME": str(tmp_path)}  # no DISPLAY, no MPLBACKEND
+    done = subprocess.run(
+        [sys.executable, "-m", "sim", "plot", "--schedule", "1f1b", "-o", str(tmp_path / "t.png")],
+        capture_output=True, text=True, env=env, cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "t.png").read_bytes()[:8] == PNG_MAGIC
