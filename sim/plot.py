@@ -40,7 +40,7 @@ def _title(name: str, summary, step: int | None = None) -> str:
     return "  ·  ".join(parts)
 
 
-def _step_of(timeline: pd.DataFrame, step: int | None, warmup: int | None, what: str) -> tuple[int, pd.DataFrame]:
+def _step_of(timeline: pd.DataFrame, step: int | None, warmup: int, what: str) -> tuple[int, pd.DataFrame]:
     check_timeline(timeline, what)
     chosen = select_step(timeline, step, warmup)
     return chosen, one_step(timeline, chosen)
@@ -58,7 +58,7 @@ def plot_timeline(
     *,
     name: str = "",
     step: int | None = None,
-    warmup: int | None = None,
+    warmup: int = 0,
     comm: bool = False,
     unit_bytes: float | None = None,
     unit_label: str | None = None,
@@ -115,7 +115,7 @@ def plot_compare(
     """
     if not timelines:
         raise ScheduleError("nothing to compare: no timelines given")
-    chosen = {label: _step_of(t, None, None, f"timeline {label!r}") for label, t in timelines.items()}
+    chosen = {label: _step_of(t, None, 0, f"timeline {label!r}") for label, t in timelines.items()}
     summaries = {label: summarize(frame) for label, (_, frame) in chosen.items()}
     span = max(s.makespan for s in summaries.values())
     unit, scale = time_unit(span)
@@ -179,7 +179,7 @@ def plot_memory(
     missing = [label for label in memories if label not in timelines]
     if missing:
         raise ScheduleError(f"no timeline for memory table(s) {', '.join(missing)}")
-    chosen = {label: _step_of(timelines[label], None, None, f"timeline {label!r}") for label in memories}
+    chosen = {label: _step_of(timelines[label], None, 0, f"timeline {label!r}") for label in memories}
     summaries = {label: summarize(frame) for label, (_, frame) in chosen.items()}
     span = max(s.makespan for s in summaries.values())
     unit, scale = time_unit(span)
@@ -222,7 +222,7 @@ def plot_overlay(
     *,
     name: str = "",
     step: int | None = None,
-    warmup: int | None = None,
+    warmup: int = 0,
     path=None,
     dpi: int = 150,
 ) -> Figure:
@@ -233,7 +233,7 @@ def plot_overlay(
     (simulated - measured) / measured. `step`/`warmup` select the measured step.
     """
     chosen, measured = _step_of(measured_timeline, step, warmup, "measured timeline")
-    _, simulated = _step_of(simulated_timeline, None, None, "simulated timeline")
+    _, simulated = _step_of(simulated_timeline, None, 0, "simulated timeline")
     m_sum, s_sum = summarize(measured), summarize(simulated)
     ranks = max(m_sum.ranks, s_sum.ranks)
     chunks = max(m_sum.chunks, s_sum.chunks)

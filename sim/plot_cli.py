@@ -37,10 +37,11 @@ def add_parser(subparsers) -> None:
     plot.add_argument("--comm", action="store_true", help="draw sends and receive waits on thin lanes per rank")
     add_cost_arguments(plot)
     measured = plot.add_argument_group("measured runs")
-    measured.add_argument("--step", type=int, default=None, help="step to plot (default: the median-makespan step)")
+    measured.add_argument("--step", type=int, default=None, help="step to plot (default: the step of median makespan)")
     measured.add_argument(
-        "--warmup", type=int, default=None,
-        help="leading steps left out of the median (default: summary.json's warmup, else 1)",
+        "--warmup", type=int, default=0,
+        help="leading recorded steps to leave out of the median (default 0: the executor does not "
+        "record its warm-up steps)",
     )
     measured.add_argument(
         "--overlay", action="store_true",

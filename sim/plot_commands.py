@@ -68,7 +68,7 @@ def execute(args: argparse.Namespace) -> list[Path]:
     written = [out]
     if args.run is not None:
         run = read_run(args.run)
-        warmup = args.warmup if args.warmup is not None else run.warmup
+        warmup = args.warmup
         if args.overlay:
             simulated = simulate(run_program(run), costs)
             plot_overlay(run.timeline, simulated.timeline, name=run.name, step=args.step, warmup=warmup,
@@ -80,7 +80,7 @@ def execute(args: argparse.Namespace) -> list[Path]:
             write_trace(args.trace, run.timeline, run.memory, step=args.step, warmup=warmup, name=run.name)
             written.append(Path(args.trace))
         return written
-    if args.step is not None or args.warmup is not None or args.overlay:
+    if args.step is not None or args.warmup or args.overlay:
         raise ScheduleError("--step, --warmup and --overlay apply to a measured run (--run DIR)")
     if args.compare is not None:
         if args.trace:

@@ -32,12 +32,12 @@ def step_makespans(timeline: pd.DataFrame) -> pd.Series:
     return timeline.groupby("step")["end"].max().sort_index()
 
 
-def select_step(timeline: pd.DataFrame, step: int | None = None, warmup: int | None = None) -> int:
+def select_step(timeline: pd.DataFrame, step: int | None = None, warmup: int = 0) -> int:
     """The step to plot: `step` if given, else the median-makespan step after `warmup` steps.
 
-    `warmup` defaults to 1 when the table holds more than one step (the first step of a
-    measured run pays one-off costs), else 0. With an even count the lower median is taken,
-    so the answer is always a step that was run.
+    The executor does not record its warm-up steps (summary.json's ``warmup`` counts them),
+    so a run's table needs no skipping by default; pass `warmup` for tables that hold them.
+    With an even count the lower median is taken, so the answer is always a step that ran.
     """
     check_timeline(timeline)
     spans = step_makespans(timeline)
@@ -45,8 +45,6 @@ def select_step(timeline: pd.DataFrame, step: int | None = None, warmup: int | N
         if step not in spans.index:
             raise ScheduleError(f"step {step} is not in the timeline (steps {spans.index.min()}..{spans.index.max()})")
         return int(step)
-    if warmup is None:
-        warmup = 1 if len(spans) > 1 else 0
     if warmup < 0:
         raise ScheduleError(f"warmup must be >= 0; got {warmup}")
     kept = spans.iloc[warmup:]

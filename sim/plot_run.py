@@ -36,12 +36,6 @@ class MeasuredRun:
         """The schedule's name from summary.json, else the directory name."""
         return str(self.summary.get("schedule") or self.path.name)
 
-    @property
-    def warmup(self) -> int | None:
-        """Warm-up steps recorded in summary.json, if it says."""
-        value = self.summary.get("warmup")
-        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
 
 def read_run(path) -> MeasuredRun:
     """Read and check a run directory; raises ScheduleError (one line) if anything is off."""

@@ -84,7 +84,7 @@ def to_trace(
     memory: pd.DataFrame | None = None,
     *,
     step: int | None = None,
-    warmup: int | None = None,
+    warmup: int = 0,
     name: str = "",
 ) -> dict:
     """The trace of one step (`step`, else the median-makespan step after `warmup`) as a dict."""

@@ -56,8 +56,8 @@ def test_summary_matches_gpipe_closed_form(p, m, f, b):
 
 def test_select_step_takes_lower_median_after_warmup():
     table = measured_steps(2, 3, [9.0, 1.0, 2.0])  # step makespans proportional to 9, 1, 2
-    assert select_step(table) == 1  # warm-up 1 skips step 0; lower median of {1, 2}
-    assert select_step(table, warmup=0) == 2  # median of {9, 1, 2}
+    assert select_step(table) == 2  # median of {9, 1, 2}
+    assert select_step(table, warmup=1) == 1  # skips step 0; lower median of {1, 2}
     assert select_step(table, step=0) == 0
     with pytest.raises(ScheduleError, match="step 7 is not in the timeline"):
         select_step(table, step=7)
@@ -176,7 +176,7 @@ def test_memory_figure_shares_axes_across_schedules():
 
 
 def test_overlay_reports_signed_makespan_error():
-    measured = measured_steps(4, 8, [1.3, 1.1, 1.0, 1.2])  # median after warm-up: step 1 (x1.1)
+    measured = measured_steps(4, 8, [1.3, 1.1, 1.0, 1.2])  # lower median: step 1 (x1.1)
     simulated = gpipe_timeline(4, 8)
     fig = plot_overlay(measured, simulated, name="gpipe")
     title = fig.axes[0].get_title()

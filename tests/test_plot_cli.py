@@ -21,14 +21,14 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def make_run(root: Path, factors=(9.0, 1.0, 2.0), p: int = 2, m: int = 3, summary: dict | None = None) -> Path:
+def make_run(root: Path, factors=(9.0, 1.0, 2.0), p: int = 2, m: int = 3) -> Path:
     """A run directory as the executor writes it, from hand-built GPipe steps."""
     root.mkdir(parents=True, exist_ok=True)
     measured_steps(p, m, factors).to_csv(root / "timeline.csv", index=False)
     memory = pd.concat([gpipe_memory(p, m, k, 2 * k, step=s, source="measured") for s, k in enumerate(factors)])
     memory.to_csv(root / "memory.csv", index=False)
-    info = {"schedule": "gpipe", "ranks": p, "microbatches": m, "chunks": 1}
-    (root / "summary.json").write_text(json.dumps(info | (summary or {})))
+    info = {"schedule": "gpipe", "ranks": p, "microbatches": m, "chunks": 1, "warmup": 2}  # unrecorded steps
+    (root / "summary.json").write_text(json.dumps(info))
     save_json(schedules.lower(schedules.build("gpipe", ranks=p, microbatches=m)), root / "program.json")
     return root
 
@@ -68,13 +68,12 @@ def test_measured_run_plots_overlays_and_traces_the_median_step(tmp_path):
     png, trace = tmp_path / "run.png", tmp_path / "run.json"
     assert main(["plot", "--run", str(run), "-o", str(png), "--memory", "--comm", "--trace", str(trace)]) == 0
     assert png.read_bytes()[:8] == PNG_MAGIC
-    assert json.loads(trace.read_text())["otherData"]["step"] == 1  # steps 1..2 after warm-up: lower median
+    assert json.loads(trace.read_text())["otherData"]["step"] == 2  # makespans 9, 1, 2 x: the median
     assert main(["plot", "--run", str(run), "-o", str(png), "--overlay", "--backward", "2"]) == 0
     assert main(["plot", "--run", str(run), "-o", str(png), "--step", "0", "--trace", str(trace)]) == 0
     assert json.loads(trace.read_text())["otherData"]["step"] == 0
-    told = make_run(tmp_path / "told", summary={"warmup": 0})
-    assert main(["plot", "--run", str(told), "-o", str(png), "--trace", str(trace)]) == 0
-    assert json.loads(trace.read_text())["otherData"]["step"] == 2  # median of all three
+    assert main(["plot", "--run", str(run), "-o", str(png), "--warmup", "1", "--trace", str(trace)]) == 0
+    assert json.loads(trace.read_text())["otherData"]["step"] == 1  # lower median of steps 1, 2
 
 
 def test_run_directory_errors_are_one_line(tmp_path, capsys):

@@ -148,9 +148,10 @@ def test_flow_to_a_receive_that_started_waiting_first():
 def test_measured_table_exports_the_median_step():
     table = measured_steps(2, 3, [9.0, 1.0, 2.0])
     trace = to_trace(table)
-    assert trace["otherData"]["step"] == 1 and trace["otherData"]["source"] == "measured"
-    check_structure(trace, table[table["step"] == 1])
-    assert to_trace(table, step=2)["otherData"]["step"] == 2
+    assert trace["otherData"]["step"] == 2 and trace["otherData"]["source"] == "measured"
+    check_structure(trace, table[table["step"] == 2])
+    assert to_trace(table, step=0)["otherData"]["step"] == 0
+    assert to_trace(table, warmup=1)["otherData"]["step"] == 1
 
 
 def test_write_trace_round_trips(tmp_path):
