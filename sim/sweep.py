@@ -9,6 +9,7 @@ import pandas as pd
 
 import schedules
 from schedules import Schedule, ScheduleError
+from schedules.lowering import insert_comms
 
 from .costs import CostModel
 from .engine import simulate
@@ -59,8 +60,9 @@ def build(config: Config) -> Schedule:
 
 
 def summarize(schedule: Schedule, costs: CostModel) -> dict:
-    """SimResult.summary() of one simulation, plus the number of lowered actions."""
-    result = simulate(schedule, costs)
+    """SimResult.summary() of one simulation of a built (hence validated) schedule, plus the
+    number of lowered actions. Lowered without validating a second time."""
+    result = simulate(insert_comms(schedule), costs)
     return {**result.summary(), "actions": result.program.num_actions}
 
 
