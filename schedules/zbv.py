@@ -5,11 +5,11 @@ Two stages per rank on the V placement: rank r holds chunk a = stage r and chunk
 stage 2p-1-r, so a microbatch goes down the ranks and back up, rank 0 holds both the
 first and the last stage, and the turn at rank p-1 needs no transfer. Backward is split
 into I and W. Each rank runs five phases (counts for rank r; with unit costs per chunk
-action each phase ends exactly when the next one's first input arrives):
+action each phase fills the time until the inputs of the next are ready):
 
-1. 2(p-r)-1 forwards of chunk a, until microbatch 0 has come down to stage 2p-1-r;
-2. r pairs (F of chunk b, F of chunk a), until I(0) of chunk b arrives from rank r-1;
-3. p-r triples (F, I, W of chunk b), until I(0) of chunk a arrives from rank r+1;
+1. 2(p-r)-1 forwards of chunk a, while microbatch 0 comes down to stage 2p-1-r;
+2. r pairs (F of chunk b, F of chunk a), while I(0) of chunk b comes up from rank 0;
+3. p-r triples (F, I, W of chunk b), while I(0) of chunk a comes back from rank p-1;
 4. six-action rounds F, I, W of chunk a then F, I, W of chunk b, while forwards remain
    (F of chunk a dropped once chunk a has run all m);
 5. drain: r pairs (I of a, I of b), p-r pairs (I of a, W of a), then the W passes still
