@@ -221,12 +221,12 @@ def test_interleaved_title_shows_the_closed_form_bubble():
     assert f"p=4, m=8, v=2  ·  bubble {100 * (p - 1) / (v * m + p - 1):.1f}%" in fig.axes[0].get_title()
 
 
-def test_plotting_never_imports_pyplot():
+def test_plotting_never_imports_pyplot(tmp_path):
     code = (
         "import sys; sys.path.insert(0, 'tests'); from plot_tables import gpipe_timeline; "
         "from sim.plot import plot_timeline; import io; plot_timeline(gpipe_timeline(2, 2), path=io.BytesIO()); "
         "assert 'matplotlib.pyplot' not in sys.modules"
     )
-    env = {"PATH": "", "HOME": str(ROOT)}  # no DISPLAY, no MPLBACKEND
+    env = {"PATH": "", "HOME": str(tmp_path)}  # no DISPLAY, no MPLBACKEND; matplotlib's cache goes to tmp
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stderr
