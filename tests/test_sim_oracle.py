@@ -4,9 +4,12 @@ The oracle knows nothing of the engine. It builds the dependency graph of a lowe
 (start and end node per action; stream order on each rank; a SEND's start feeds its RECV's end
 after the transfer time) and evaluates longest paths in topological order. Without link
 contention, every start and end time must agree exactly (integer nanoseconds), and so must the
-memory table, busy time, makespan and bubble ratios. Cases: random valid schedules on random
+memory table, busy time, makespan and bubble ratio. Cases: random valid schedules on random
 placements (V-like adjacent stages on one rank included) with random split backward, and every
 registered schedule at random sizes, all with random heterogeneous per-stage costs.
+
+Link contention (one transfer at a time per directed link, in issue order) is one more kind of
+edge in the same graph, so the oracle checks it too, on a further set of random cases.
 """
 
 from __future__ import annotations
@@ -77,8 +80,8 @@ def registered_schedule(rng: random.Random) -> Schedule:
     raise AssertionError("no legal registered schedule found")
 
 
-def random_costs(rng: random.Random, schedule: Schedule) -> CostModel:
-    """Per-stage costs in whole microseconds, transfers in whole nanoseconds, no contention."""
+def random_costs(rng: random.Random, schedule: Schedule, contention: bool = False) -> CostModel:
+    """Per-stage costs in whole microseconds, transfers in whole nanoseconds."""
     n = schedule.num_stages
 
     def us(lo: int, hi: int) -> list[float]:
@@ -98,7 +101,7 @@ def random_costs(rng: random.Random, schedule: Schedule) -> CostModel:
         p2p_gradient_bytes=None if rng.random() < 0.5 else [rng.randint(0, 5000) for _ in range(max(n - 1, 0))],
         activation_memory=memory,
         weight_memory=[rng.randint(0, x) for x in memory],
-        link_contention=False,
+        link_contention=contention,
     )
 
 
@@ -129,13 +132,18 @@ def transfer_ns(costs: CostModel, send: Action) -> int:
 def critical_path(program, costs: CostModel) -> dict[tuple[int, int], tuple[int, int]]:
     """(rank, index) -> (start, end): longest paths over the program's dependency graph.
 
-    Nodes: ('s', rank, i) and ('e', rank, i). Edges: e(i-1) -> s(i) (stream order);
-    s(i) -> e(i) weighted by the compute time (0 for SEND and RECV); s(SEND) -> e(RECV)
-    weighted by the transfer time. A SEND row's end is its start plus the transfer time.
+    Nodes: ('s', rank, i) and ('e', rank, i) per action, plus ('w', rank, i), the moment a
+    SEND's transfer goes on the wire. Edges: e(i-1) -> s(i) (stream order); s(i) -> e(i)
+    weighted by the compute time (0 for SEND and RECV); s(SEND) -> w(SEND); w(SEND) ->
+    e(RECV) weighted by the transfer time; with link contention also w(previous SEND on the
+    same directed link) -> w(SEND), weighted by that previous transfer's time. A SEND's row
+    is its time on the wire.
     """
+    s2r = program.schedule.stage_to_rank
     edges: dict[tuple, list[tuple[tuple, int]]] = defaultdict(list)
     nodes = []
     where = {}
+    last_on_link: dict[tuple[int, int], tuple[tuple, int]] = {}
     for rank, stream in enumerate(program.streams):
         for i, action in enumerate(stream):
             start, end = ("s", rank, i), ("e", rank, i)
@@ -144,10 +152,18 @@ def critical_path(program, costs: CostModel) -> dict[tuple[int, int], tuple[int,
             edges[start].append((end, durations(costs, action) if action.kind.is_compute else 0))
             if i > 0:
                 edges[("e", rank, i - 1)].append((start, 0))
+            if action.kind.is_send:
+                wire, link = ("w", rank, i), (rank, s2r[action.peer_stage()])
+                nodes.append(wire)
+                edges[start].append((wire, 0))
+                if costs.link_contention and link in last_on_link:
+                    previous, busy = last_on_link[link]
+                    edges[previous].append((wire, busy))
+                last_on_link[link] = (wire, transfer_ns(costs, action))
     for action, (rank, i) in where.items():
         if action.kind.is_send:
             r2, i2 = where[action.matching()]
-            edges[("s", rank, i)].append((("e", r2, i2), transfer_ns(costs, action)))
+            edges[("w", rank, i)].append((("e", r2, i2), transfer_ns(costs, action)))
     indegree = {node: 0 for node in nodes}
     for u in edges:
         for v, _ in edges[u]:
@@ -166,9 +182,11 @@ def critical_path(program, costs: CostModel) -> dict[tuple[int, int], tuple[int,
     assert seen == len(nodes), "the program's graph has a cycle"
     out = {}
     for action, (rank, i) in where.items():
-        start = dist[("s", rank, i)]
-        end = start + transfer_ns(costs, action) if action.kind.is_send else dist[("e", rank, i)]
-        out[(rank, i)] = (start, end)
+        if action.kind.is_send:
+            wire = dist[("w", rank, i)]
+            out[(rank, i)] = (wire, wire + transfer_ns(costs, action))
+        else:
+            out[(rank, i)] = (dist[("s", rank, i)], dist[("e", rank, i)])
     return out
 
 
@@ -233,6 +251,25 @@ def test_registered_schedules_match_oracle(seed: int) -> None:
     rng = random.Random(10_000 + seed)
     schedule = registered_schedule(rng)
     check_against_oracle(schedule, random_costs(rng, schedule))
+
+
+@pytest.mark.parametrize("name", schedules.available())
+@pytest.mark.parametrize("p,m", [(2, 4), (3, 6), (4, 8)])
+def test_every_registered_schedule_matches_oracle(name: str, p: int, m: int) -> None:
+    rng = random.Random(f"{name}-{p}-{m}")
+    chunks = 3 if schedules.generator(name).chunks is None else None
+    try:
+        schedule = schedules.build(name, ranks=p, microbatches=m, chunks=chunks)
+    except ScheduleError:
+        schedule = schedules.build(name, ranks=p, microbatches=p * 3, chunks=chunks)
+    check_against_oracle(schedule, random_costs(rng, schedule))
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_contention_matches_oracle(seed: int) -> None:
+    rng = random.Random(20_000 + seed)
+    schedule = random_schedule(rng) if seed % 2 else registered_schedule(rng)
+    check_against_oracle(schedule, random_costs(rng, schedule, contention=True))
 
 
 def test_random_generator_covers_adjacent_stages_on_one_rank() -> None:
