@@ -12,9 +12,10 @@ Backward costs (per stage, after the rule above):
 
 - ``backward_full`` (B) not given: ``backward_input`` (I) is required, ``backward_weight``
   (W) defaults to 0, and B = I + W.
-- B given with neither I nor W: I = W = B / 2 (I rounded down to the nanosecond). For a linear layer Y = X A the input
-  gradient dY A^T and the weight gradient X^T dY each take the forward's FLOPs, which is
-  why Qi et al. (Zero Bubble Pipeline Parallelism, ICLR 2024) take T_B ~ T_W.
+- B given with neither I nor W: I = W = B / 2 (I rounded down to the nanosecond). For
+  a linear layer Y = X A the input gradient dY A^T and the weight gradient X^T dY each
+  take the forward's FLOPs, which is why Qi et al. (Zero Bubble Pipeline Parallelism,
+  ICLR 2024) take T_B ~ T_W.
 - B given with one of I, W: the other is B minus it (it must not come out negative).
 - All three given: used as given (a fused B may be cheaper than a separate I and W).
 
@@ -30,11 +31,16 @@ directed link (rank -> peer) carries one transfer at a time, in the order the se
 issued them; without it transfers on a link overlap freely.
 
 Memory: ``activation_memory`` bytes per microbatch per stage are allocated when its F
-starts and freed when its B ends. With split backward, ``weight_memory`` of them
-(M_W of the zero-bubble paper; default ``weight_memory_fraction`` x activation_memory,
-and that fraction defaults to 0) stay allocated from the end of I until the end of W,
-the rest is freed when I ends. ``static_memory`` (bytes per rank: weights, gradients,
-optimizer state) is reported beside activation memory, never inside it.
+starts and freed when its B ends. With split backward, ``weight_memory`` of them stay
+allocated from the end of I until the end of W and the rest is freed when I ends: in
+the notation of Qi et al. (2024), F adds M_B, B (our I) frees M_B - M_W, W frees M_W.
+``weight_memory`` defaults to ``weight_memory_fraction`` x activation_memory, and the
+fraction to 0, so that by default peak memory counts the microbatches between F and I,
+the in-flight count behind the paper's "ZB-H1 holds p, ZB-H2 2p-1" (set it to study
+what W keeps alive). The default activation_memory, 1 GiB per rank share, is a
+placeholder: results in rank-share units do not depend on it. ``static_memory`` (bytes
+per rank: weights, gradients, optimizer state) is reported beside activation memory,
+never inside it.
 """
 
 from __future__ import annotations
@@ -101,10 +107,19 @@ class StageCosts:
 
 @dataclass(frozen=True)
 class CostModel:
-    """Compute, transfer and memory costs for simulating a schedule (see module docstring).
+    """Compute, transfer and memory costs for simulating a schedule (rules: module docstring).
 
-    Times in seconds, sizes in bytes, bandwidth in bytes per second; scalars are one
-    microbatch through one rank's share of the model, lists have one entry per stage.
+    Per stage (scalar: one microbatch through one rank's share, split over its v stages;
+    list: one entry per stage):
+      forward, backward_input, backward_weight, backward_full -- seconds of F, I, W, B;
+      activation_memory -- bytes held from F until B (M_B of the zero-bubble paper);
+      weight_memory -- bytes of those held on from I until W (M_W); default
+        weight_memory_fraction (0..1, default 0) x activation_memory.
+    Per stage boundary (scalar: every boundary; list: one entry per boundary):
+      p2p_activation_bytes, p2p_gradient_bytes -- bytes sent forward and backward.
+    Per rank (scalar or list): static_memory -- bytes, reported beside activations.
+    Links: p2p_latency (seconds per transfer), p2p_bandwidth (bytes per second, default
+    unlimited), link_contention (one transfer at a time per directed link, default on).
     """
 
     forward: PerStage

@@ -13,11 +13,13 @@ of its F, B, I and W durations; transfers and receive waits are not compute):
   from the start of rank r's first compute action to the end of its last one. It
   leaves out the time before a rank's first compute (waiting for the pipeline to
   fill) and after its last (waiting for the others to drain); the zero-bubble paper
-  (Qi et al., ICLR 2024) counts each stage's bubble this way, and its closed forms
-  such as ZB-H2's (p-1)(T_F+T_B-2T_W) are per-rank ``span_idle`` values.
+  (Qi et al., ICLR 2024) counts each stage's bubble this way: its closed forms stated
+  per rank span, such as ZB-H2's (p-1)(T_F+T_B-2T_W), are rank 0's ``span_idle``
+  (the largest).
+  ``span_idle[r] = span_r - busy_r`` per rank; ``span`` gives span_r.
   bubble_ratio charges every rank for the whole makespan, so it is never smaller than
-  bubble_ratio_rank_span, and the two are equal only when every rank computes from
-  time 0 to the makespan's end (never the case for p > 1 pipelines);
+  bubble_ratio_rank_span; they are equal only when every rank's span is the whole
+  makespan (for a p > 1 pipeline, only if its ranks do no work at all);
 - ``peak_activation_bytes[r]``: the most activation bytes rank r holds at once;
   ``peak_activation[r]`` is the same in units of one microbatch's activations of one
   rank's share of the model (the sum of all stages' activation bytes divided by p), so
