@@ -19,7 +19,7 @@ of its F, B, I and W durations; transfers and receive waits are not compute):
   ``span_idle[r] = span_r - busy_r`` per rank; ``span`` gives span_r.
   bubble_ratio charges every rank for the whole makespan, so it is never smaller than
   bubble_ratio_rank_span; they are equal only when every rank's span is the whole
-  makespan (for a p > 1 pipeline, only if its ranks do no work at all);
+  makespan;
 - ``peak_activation_bytes[r]``: the most activation bytes rank r holds at once;
   ``peak_activation[r]`` is the same in units of one microbatch's activations of one
   rank's share of the model (the sum of all stages' activation bytes divided by p), so
