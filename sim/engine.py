@@ -196,15 +196,17 @@ def _check_finished(program: Program, runs: list[RankRun]) -> None:
     stuck = [r for r, s in enumerate(streams) if position[r] < len(s)]
     if not stuck:
         return
-    sends = {a: r for r, s in enumerate(streams) for a in s if a.kind.is_send}
+    sends = {a: (r, i) for r, s in enumerate(streams) for i, a in enumerate(s) if a.kind.is_send}
     lines = []
     for rank in stuck:
         action = streams[rank][position[rank]]
         send = action.matching()
         if send in sends:
-            # The sender has not reached that SEND, so it is stuck itself.
-            peer = sends[send]
-            source = f"from rank {peer} (stuck at {streams[peer][position[peer]]})"
+            peer, index = sends[send]
+            if position[peer] <= index:
+                source = f"from rank {peer} (stuck at {streams[peer][position[peer]]})"
+            else:  # only a hand-built program that receives one transfer twice gets here
+                source = f"from rank {peer}, which sent it once, to another RECV of it"
         else:
             peer_stage = send.stage
             owner = f"rank {s2r[peer_stage]}" if 0 <= peer_stage < len(s2r) else "no rank"

@@ -193,3 +193,13 @@ def test_kinds_in_timeline_cover_split_backward() -> None:
     assert rows(result, 0, "I") == [(4, 6)] and rows(result, 0, "W") == [(6, 7)]
     assert rows(result, 1, "W") == [(4, 5)]
     assert result.makespan == 7
+
+
+def test_transfer_received_twice_is_named() -> None:
+    """A hand-built program where two ranks wait for the same transfer: one gets it, the
+    other is reported as waiting for a transfer that was already delivered."""
+    schedule = schedules.build("gpipe", ranks=3, microbatches=1)
+    program = schedules.lower(schedule)
+    streams = (program.streams[0], program.streams[1], acts("1RECV_F0") + program.streams[2])
+    with pytest.raises(ScheduleError, match="from rank 0, which sent it once, to another RECV of it"):
+        simulate(Program(schedule, streams), CostModel(1.0, 2.0))
