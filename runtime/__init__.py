@@ -1,1 +1,32 @@
-"""bubblescope.runtime: runs lowered schedules on torch.distributed point-to-point."""
+"""bubblescope.runtime: runs lowered schedules on torch.distributed point-to-point.
+
+Python use, on every rank of an initialised process group::
+
+    from runtime import ModelSpec, RunOptions, build_model, execute
+    program = schedules.lower(schedules.build("1f1b", ranks=2, microbatches=8))
+    result = execute(program, build_model(ModelSpec(model="gpt", layers=4)), RunOptions(steps=5, check=True))
+
+`execute` may be called many times in one group. A user model comes in through
+`from_layers(layers, loss, inputs, targets)`. `python -m runtime` is the command line.
+"""
+
+from .errors import ConfigError, PeerError
+from .executor import RunOptions, RunResult, execute, prepare
+from .models import ModelSpec, PipelineModel, from_layers, partition
+from .models import build as build_model
+from .record import write_outputs
+
+__all__ = [
+    "ConfigError",
+    "ModelSpec",
+    "PeerError",
+    "PipelineModel",
+    "RunOptions",
+    "RunResult",
+    "build_model",
+    "execute",
+    "from_layers",
+    "partition",
+    "prepare",
+    "write_outputs",
+]

@@ -147,8 +147,9 @@ def reason(exc: BaseException, peer: int, timeout: float) -> str:
     """A short cause for a failed wait, from the backend's message."""
     text = str(exc)
     lowered = text.lower()
+    who = "a peer" if peer < 0 else f"rank {peer}"
     if "closed" in lowered or "reset" in lowered or "broken pipe" in lowered:
-        return f"rank {peer} closed the connection (it exited or died)"
+        return f"{who} closed the connection (it exited or died)"
     if "timed out" in lowered or "timeout" in lowered:
         return f"nothing arrived within the {timeout:g} s timeout (peer stopped or hung)"
     return text.strip().splitlines()[0] if text.strip() else type(exc).__name__

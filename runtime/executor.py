@@ -9,7 +9,9 @@ Per action:
 - F / B / I / W run on the stage (see stage.py); an output headed for a stage on the
   same rank is handed over in memory, one headed elsewhere waits in the outbox for
   its SEND.
-- SEND posts a non-blocking send; it is completed before the step ends.
+- SEND posts a non-blocking send; it is completed before the step ends. Its row in
+  the timeline runs from posting to delivery, i.e. the end of the matching RECV on the
+  receiver (neither backend lets a sender observe delivery without blocking).
 
 Call `execute` on every rank of an initialised process group; it may be called many
 times in one group (tests run a whole matrix of configurations this way).
@@ -382,9 +384,11 @@ class _Runner:
                     pending[key] = _Pending(transport.irecv(buffer, b, key), buffer, row, b, label)
                 continue
             if code == SEND_:
-                starts[i] = stamp()
+                # A send's end is its delivery, read from the receiver's RECV (record.py):
+                # gloo reports a send complete only once waited on, NCCL only from its stream.
+                starts[i] = ends[i] = stamp()
                 tensor = mailbox.pop(a)
-                sends.append((transport.isend(tensor, b, a), i, tensor, b, text))
+                sends.append((transport.isend(tensor, b, a), tensor, b, text))
                 continue
             x = None
             if a is not None:
@@ -409,26 +413,12 @@ class _Runner:
                 mailbox[b] = out
             ends[i] = stamp()
             after[i] = meter.bytes
-            if sends:
-                sends = self._reap(sends, ends, stamp)
-        for work, i, _, peer, text in sends:
+        for work, _, peer, text in sends:
             transport.wait(work, text, peer)
-            ends[i] = stamp()
         if mailbox or pending:
             left = sorted(str(k) for k in (*mailbox, *pending))
             raise RuntimeError(f"rank {self.rank}: step ended with undelivered transfers {left}")
         return _StepLog(starts, ends, before, after)
-
-    @staticmethod
-    def _reap(sends: list, ends: list, stamp) -> list:
-        """Stamp the sends that have completed since the last look; keep the rest."""
-        waiting = []
-        for entry in sends:
-            if entry[0].is_completed():
-                ends[entry[1]] = stamp()
-            else:
-                waiting.append(entry)
-        return waiting
 
     # --------------------------------------------------------------- results
 

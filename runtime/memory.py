@@ -47,16 +47,16 @@ class SavedTensorMeter:
         self.peak = self.bytes
 
     def _pack(self, tensor: Tensor):
+        # The storage's address, without building a storage object (this runs per saved tensor).
         try:
-            storage = tensor.untyped_storage()
+            key = tensor.data_ptr() - tensor.storage_offset() * tensor.element_size()
         except (RuntimeError, NotImplementedError):  # sparse or other storage-less tensors
             return tensor
-        key = storage.data_ptr()
         if key == 0 or key in self._skip:
             return tensor
         entry = self._held.get(key)
         if entry is None:
-            size = storage.nbytes()
+            size = tensor.untyped_storage().nbytes()
             self._held[key] = [1, size]
             self.bytes += size
             if self.bytes > self.peak:

@@ -63,6 +63,7 @@ def summarize(plan, payloads: list[dict[str, Any]], backend: str, device: torch.
     timeline = timeline_frame(
         (*row[:7], row[8], row[9], row[7], "measured") for p in payloads for row in p["timeline"]
     )
+    _deliveries(timeline, program)
     memory = memory_frame((*row, "measured") for p in payloads for row in p["memory"])
     metrics = step_metrics(timeline, schedule.ranks)
     step_times = payloads[0]["step_times"]
@@ -122,6 +123,17 @@ def summarize(plan, payloads: list[dict[str, Any]], backend: str, device: torch.
     return RunResult(rank=0, passed=passed, summary=summary, timeline=timeline, memory=memory)
 
 
+def _deliveries(timeline, program) -> None:
+    """Set every SEND's end to its delivery: the end of the matching RECV (not before its start)."""
+    matching = {str(a): str(a.matching()) for stream in program.streams for a in stream if a.kind.is_send}
+    recvs = timeline[timeline["kind"].isin(("RECV_F", "RECV_B"))]
+    arrived = dict(zip(zip(recvs["step"], recvs["action"]), recvs["end"]))
+    sends = timeline.index[timeline["kind"].isin(("SEND_F", "SEND_B"))]
+    for i in sends:
+        key = (timeline.at[i, "step"], matching[timeline.at[i, "action"]])
+        timeline.at[i, "end"] = max(timeline.at[i, "start"], arrived[key])
+
+
 def _verdict(payloads: list[dict[str, Any]], tolerance: float) -> dict[str, Any]:
     errors: dict[str, float] = {}
     for p in payloads:
@@ -161,6 +173,7 @@ def write_outputs(result, program, out: str | Path) -> None:
     with os.fdopen(handle, "w") as f:
         json.dump(result.summary, f, indent=1)
         f.write("\n")
+    os.chmod(tmp, 0o644)  # mkstemp makes it private; the other outputs are not
     os.replace(tmp, out / SUMMARY)
 
 

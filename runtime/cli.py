@@ -1,0 +1,149 @@
+"""`python -m runtime`: run a schedule on torch.distributed, one process per rank.
+
+    torchrun --nproc-per-node 2 -m runtime --schedule 1f1b --microbatches 8 \\
+        --model mlp --layers 8 --hidden 512 --batch-size 64 --steps 10 --warmup 2 --out runs/NAME
+
+The world size is the schedule's number of ranks (or must equal the ranks of a
+--program file). Without torchrun it runs as a single rank. Exit codes: 0 done,
+1 a peer failed or --check found a mismatch, 2 a bad configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import socket
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+import schedules
+
+from .errors import ConfigError, PeerError
+from .executor import RunOptions, default_device, execute, prepare
+from .models import MODELS, ModelSpec, build
+from .record import clear_summary, format_summary, write_outputs
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m runtime",
+        description="Run a pipeline schedule's lowered instruction streams on torch.distributed (launch with torchrun).",
+    )
+    what = p.add_argument_group("schedule (one of --schedule or --program)")
+    what.add_argument("--schedule", help=f"schedule name: {', '.join(schedules.available())}")
+    what.add_argument("--microbatches", type=int, help="microbatches per step (with --schedule)")
+    what.add_argument("--chunks", type=int, help="stages per rank, for schedules that take it (interleaved)")
+    what.add_argument("--program", type=Path, help="a lowered program or schedule file (.json or .csv)")
+    model = p.add_argument_group("model")
+    model.add_argument("--model", default="mlp", choices=MODELS)
+    model.add_argument("--layers", type=int, default=8, help="layers (mlp blocks or transformer blocks)")
+    model.add_argument("--hidden", type=int, default=512)
+    model.add_argument("--batch-size", type=int, default=64, help="samples per step, cut into the microbatches")
+    model.add_argument("--heads", type=int, default=8, help="gpt: attention heads")
+    model.add_argument("--seq-len", type=int, default=64, help="gpt: tokens per sample")
+    model.add_argument("--vocab", type=int, default=512, help="gpt: vocabulary size")
+    model.add_argument("--seed", type=int, default=0, help="seed of the parameters and the synthetic batch")
+    model.add_argument("--split", help="layers per stage, comma-separated (default: balanced by count)")
+    run = p.add_argument_group("run")
+    run.add_argument("--steps", type=int, default=10, help="measured steps")
+    run.add_argument("--warmup", type=int, default=2, help="unmeasured steps before them")
+    run.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for a peer before failing")
+    run.add_argument("--check", action="store_true", help="compare loss and gradients with a one-process run")
+    run.add_argument("--out", type=Path, help="output directory (default runs/SCHEDULE-pP-mM)")
+    return p
+
+
+def load_program(args: argparse.Namespace, world_size: int) -> schedules.Program:
+    """The program to run, from --program or --schedule; raises ConfigError."""
+    try:
+        if args.program is not None:
+            if args.schedule is not None:
+                raise ConfigError("give either --schedule or --program, not both")
+            if args.program.suffix.lower() == ".csv":
+                return schedules.load_program_csv(args.program)
+            return schedules.load_program_json(args.program)
+        if args.schedule is None:
+            raise ConfigError("give --schedule NAME --microbatches M, or --program FILE")
+        if args.microbatches is None:
+            raise ConfigError("--schedule needs --microbatches")
+        schedule = schedules.build(args.schedule, ranks=world_size, microbatches=args.microbatches, chunks=args.chunks)
+        return schedules.lower(schedule)
+    except schedules.ScheduleError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def parse_split(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--split must be comma-separated layer counts such as 3,3,2; got {text!r}") from None
+
+
+def _environment() -> tuple[int, int, int]:
+    """(rank, world size, local rank) from torchrun's variables; a lone process is rank 0 of 1."""
+    if "RANK" not in os.environ:
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+    try:
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", "0"))
+    except (KeyError, ValueError):
+        raise ConfigError("RANK and WORLD_SIZE must be integers (launch with torchrun)") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        rank, world, local_rank = _environment()
+        program = load_program(args, world)
+        spec = ModelSpec(
+            model=args.model, layers=args.layers, hidden=args.hidden, batch_size=args.batch_size,
+            heads=args.heads, seq_len=args.seq_len, vocab=args.vocab, seed=args.seed,
+        )
+        spec.check()
+        options = RunOptions(
+            steps=args.steps, warmup=args.warmup, timeout=args.timeout, check=args.check,
+            split=parse_split(args.split),
+        )
+        model = build(spec)
+        prepare(program, model, options, world)  # every configuration error surfaces here, on every rank
+    except ConfigError as exc:
+        print(f"rank {rank}: error: {exc}", file=sys.stderr)
+        return 2
+    schedule = program.schedule
+    out = args.out or Path("runs") / f"{schedule.name}-p{schedule.ranks}-m{schedule.microbatches}"
+    device = default_device()
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(
+        "nccl" if device.type == "cuda" else "gloo",
+        timeout=datetime.timedelta(seconds=args.timeout),
+        device_id=device if device.type == "cuda" else None,
+    )
+    try:
+        if rank == 0:
+            clear_summary(out)
+        result = execute(program, model, options, device)
+    except ConfigError as exc:
+        print(f"rank {rank}: error: {exc}", file=sys.stderr)
+        dist.destroy_process_group()
+        return 2
+    except PeerError as exc:
+        # The group cannot be torn down cleanly with a dead peer: leave at once.
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(1)
+    if rank == 0:
+        write_outputs(result, program, out)
+        print(format_summary(result.summary))
+        print(f"wrote {out}/ (timeline.csv, memory.csv, program.json, summary.json)")
+    dist.destroy_process_group()
+    return 1 if result.passed is False else 0
