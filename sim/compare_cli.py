@@ -34,10 +34,10 @@ def add_parser(subparsers) -> None:
         ),
     )
     parser.add_argument("--schedules", type=names, metavar="A,B,...", help="schedules to run (default: all)")
-    parser.add_argument("--ranks", type=positive_int, default=4, help="pipeline ranks p (default 4)")
-    parser.add_argument("--microbatches", type=positive_int, default=8, help="microbatches m (default 8)")
+    parser.add_argument("--ranks", type=positive_int, default=4, metavar="P", help="pipeline ranks p (default 4)")
+    parser.add_argument("--microbatches", type=positive_int, default=8, metavar="M", help="microbatches m (default 8)")
     parser.add_argument(
-        "--chunks", type=positive_int, default=2, help="stages per rank v for schedules that take it (default 2)",
+        "--chunks", type=positive_int, default=2, metavar="V", help="stages per rank v for schedules that take it (default 2)",
     )
     add_cost_arguments(parser)
     output = parser.add_mutually_exclusive_group()

@@ -55,18 +55,18 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
         "flags override --costs",
     )
     group.add_argument("--costs", metavar="FILE.json", help="cost model file (sim.CostModel.to_json)")
-    group.add_argument("--forward", type=finite_float, help="forward time F (default 1)")
+    group.add_argument("--forward", type=finite_float, metavar="S", help="forward time F (default 1)")
     group.add_argument(
-        "--backward", type=finite_float,
+        "--backward", type=finite_float, metavar="S",
         help="input-gradient backward time I (default 2); a full backward B costs backward + weight "
         "(either flag replaces a file's backward_full)",
     )
-    group.add_argument("--weight", type=finite_float, help="weight-gradient time W (default 0)")
-    group.add_argument("--comm-latency", type=finite_float, help="seconds per point-to-point transfer (default 0)")
+    group.add_argument("--weight", type=finite_float, metavar="S", help="weight-gradient time W (default 0)")
+    group.add_argument("--comm-latency", type=finite_float, metavar="S", help="seconds per point-to-point transfer (default 0)")
     group.add_argument(
-        "--comm-bandwidth", type=float, help="bytes per second of a link (default unlimited); needs --comm-bytes",
+        "--comm-bandwidth", type=float, metavar="BYTES_PER_S", help="bytes per second of a link (default unlimited); needs --comm-bytes",
     )
-    group.add_argument("--comm-bytes", type=finite_float, help="bytes crossing each stage boundary (default 0)")
+    group.add_argument("--comm-bytes", type=finite_float, metavar="BYTES", help="bytes crossing each stage boundary (default 0)")
     group.add_argument(
         "--no-contention", action="store_true", help="let transfers on one link overlap (default: one at a time)",
     )
