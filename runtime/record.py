@@ -63,7 +63,7 @@ def summarize(plan, payloads: list[dict[str, Any]], backend: str, device: torch.
     timeline = timeline_frame(
         (*row[:7], row[8], row[9], row[7], "measured") for p in payloads for row in p["timeline"]
     )
-    _deliveries(timeline, program)
+    set_delivery_times(timeline, program)
     memory = memory_frame((*row, "measured") for p in payloads for row in p["memory"])
     metrics = step_metrics(timeline, schedule.ranks)
     step_times = payloads[0]["step_times"]
@@ -123,7 +123,7 @@ def summarize(plan, payloads: list[dict[str, Any]], backend: str, device: torch.
     return RunResult(rank=0, passed=passed, summary=summary, timeline=timeline, memory=memory)
 
 
-def _deliveries(timeline, program) -> None:
+def set_delivery_times(timeline, program) -> None:
     """Set every SEND's end to its delivery: the end of the matching RECV (not before its start)."""
     matching = {str(a): str(a.matching()) for stream in program.streams for a in stream if a.kind.is_send}
     recvs = timeline[timeline["kind"].isin(("RECV_F", "RECV_B"))]
