@@ -131,7 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if rank == 0:
             clear_summary(out)
-        result = execute(program, model, options, device)
+        def ready() -> None:
+            if rank == 0:
+                print(f"running {schedule.describe()}: {options.warmup} warm-up and {options.steps} measured steps", flush=True)
+
+        result = execute(program, model, options, device, on_ready=ready)
     except ConfigError as exc:
         print(f"rank {rank}: error: {exc}", file=sys.stderr)
         dist.destroy_process_group()

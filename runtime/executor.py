@@ -23,7 +23,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -113,9 +113,17 @@ def default_device() -> torch.device:
 
 
 def execute(
-    program: Program, model: PipelineModel, options: RunOptions = RunOptions(), device: torch.device | None = None
+    program: Program,
+    model: PipelineModel,
+    options: RunOptions = RunOptions(),
+    device: torch.device | None = None,
+    on_ready: Callable[[], None] | None = None,
 ) -> RunResult:
-    """Run `options.warmup + options.steps` steps of `program` on this rank; collective."""
+    """Run `options.warmup + options.steps` steps of `program` on this rank; collective.
+
+    `on_ready` is called once the ranks have agreed on the boundary shapes, just before
+    the first step (the CLI prints a line there).
+    """
     from .record import summarize
 
     plan = prepare(program, model, options, dist.get_world_size())
@@ -124,6 +132,8 @@ def execute(
     runner = _Runner(plan, device)
     try:
         runner.agree_shapes()
+        if on_ready is not None:
+            on_ready()
         for step in range(options.warmup + options.steps):
             runner.step(step - options.warmup if step >= options.warmup else None)
         payload = runner.payload(ref)

@@ -1,0 +1,221 @@
+"""The command line: real `torchrun` launches (one node and two), configuration errors on
+every rank before any communication, and a dead or stopped peer ending the run."""
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import schedules
+from schedules.timeline import read_table
+
+VENV_BIN = Path(sys.executable).parent
+TORCHRUN = str(VENV_BIN / "torchrun")
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["--layers", "4", "--hidden", "16", "--batch-size", "8"]
+TINY_GPT = ["--model", "gpt", "--layers", "2", "--hidden", "16", "--heads", "2", "--seq-len", "4", "--vocab", "32",
+            "--batch-size", "6"]
+
+
+def _env() -> dict:
+    # One thread per rank: two cores are shared by every process of the test run.
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _torchrun(args, tmp_path, nproc=2, extra=()):
+    cmd = [TORCHRUN, "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1", "--master-port", str(_port()),
+           *extra, "-m", "runtime", *args]
+    return subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=180)
+
+
+def _our_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if re.match(r"(rank \d+: )?error: ", line)]
+
+
+def _no_traceback_from_us(stderr: str) -> None:
+    assert f"{os.sep}runtime{os.sep}" not in stderr, stderr  # torchrun's own report may hold a traceback
+
+
+def test_torchrun_check_writes_the_outputs(tmp_path):
+    out = tmp_path / "run"
+    args = ["--schedule", "zb-h1", "--microbatches", "4", *TINY_GPT, "--steps", "2", "--warmup", "1", "--check",
+            "--timeout", "60", "--out", str(out)]
+    proc = _torchrun(args, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "check PASSED" in proc.stdout and "largest relative gradient error" in proc.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["memory.csv", "program.json", "summary.json", "timeline.csv"]
+    program = schedules.load_program_json(out / "program.json")
+    assert program == schedules.lower(schedules.build("zb-h1", ranks=2, microbatches=4))
+    timeline = read_table(out / "timeline.csv", "timeline")
+    assert len(timeline) == 2 * program.num_actions and sorted(timeline["step"].unique()) == [0, 1]
+    assert set(timeline["source"]) == {"measured"}
+    assert {"I", "W"} <= set(timeline["kind"])
+    memory = read_table(out / "memory.csv", "memory")
+    assert set(memory["rank"]) == {0, 1}
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("schedule", "ranks", "microbatches", "chunks", "model", "step_time_median", "bubble_ratio",
+                "peak_activation_bytes", "backend", "device", "torch_version", "stage_costs", "batch_size",
+                "steps", "warmup"):
+        assert key in summary, key
+    assert summary["schedule"] == "zb-h1" and summary["ranks"] == 2 and summary["backend"] == "gloo"
+    assert summary["model"]["model"] == "gpt" and summary["steps"] == 2 and summary["warmup"] == 1
+    assert len(summary["step_times"]) == 2 and summary["step_time_median"] > 0
+    assert 0 <= summary["bubble_ratio"] < 1 and len(summary["peak_activation_bytes"]) == 2
+    assert summary["check"]["passed"] is True
+    costs = summary["stage_costs"]
+    assert [c["stage"] for c in costs] == [0, 1]
+    assert costs[0]["output_bytes_per_microbatch"] == 2 * 4 * 16 * 4  # 2 rows x seq 4 x hidden 16 x fp32
+    assert {"F_seconds", "I_seconds", "W_seconds", "activation_bytes", "weight_grad_bytes"} <= set(costs[0])
+
+
+def _launch(args, *, nproc=2, extra=(), cwd=None):
+    cmd = [TORCHRUN, "--nproc-per-node", str(nproc), *extra, "-m", "runtime", *args]
+    return subprocess.Popen(cmd, cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _workers(parent: int) -> dict[int, int]:
+    """Global rank -> pid of the workers torchrun `parent` started."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if ppid != parent:
+                continue
+            env = dict(
+                item.split("=", 1) for item in (entry / "environ").read_text().split("\0") if "=" in item
+            )
+        except (OSError, ValueError, IndexError):
+            continue
+        if "RANK" in env:
+            found[int(env["RANK"])] = int(entry.name)
+    return found
+
+
+def _wait_ready(proc) -> None:
+    """Read rank 0's stdout until it says the steps are running."""
+    line = proc.stdout.readline()
+    while line and not line.startswith("running "):
+        line = proc.stdout.readline()
+    assert line.startswith("running "), proc.stderr.read()
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds torchrun's workers through /proc")
+@pytest.mark.parametrize("how", ["killed", "stopped"])
+def test_a_dead_or_silent_peer_ends_the_run_with_an_error_naming_rank_and_wait(tmp_path, how):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "summary.json").write_text("{}")  # a stale summary must not survive a failed run
+    timeout = 3
+    args = ["--schedule", "1f1b", "--microbatches", "4", "--layers", "4", "--hidden", "256", "--batch-size", "64",
+            "--steps", "100000", "--warmup", "0", "--timeout", str(timeout), "--out", str(out)]
+    proc = _launch(args, extra=["--master-addr", "127.0.0.1", "--master-port", str(_port())], cwd=tmp_path)
+    try:
+        _wait_ready(proc)
+        time.sleep(0.5)
+        victim = _workers(proc.pid)[1]
+        os.kill(victim, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
+        began = time.monotonic()
+        if how == "stopped":
+            # Rank 0 must give up on its own after the timeout; then free the stopped rank
+            # (torchrun would otherwise wait 30 s before killing a process that ignores SIGTERM).
+            while time.monotonic() - began < timeout + 30 and 0 in _workers(proc.pid):
+                time.sleep(0.2)
+            waited = time.monotonic() - began
+            os.kill(victim, signal.SIGKILL)
+            assert waited < timeout + 30
+        _, stderr = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    lines = _our_lines(stderr)
+    assert lines, stderr
+    assert re.fullmatch(
+        r"error: rank 0: (gave up on \d+(RECV|SEND)_[FB]\d+ \(peer rank 1\)|barrier (before|after) "
+        r"(a warm-up|measured) step( \d+)? failed): .*",
+        lines[0],
+    ), lines
+    if how == "killed":
+        assert "closed the connection" in lines[0]
+    else:
+        assert f"nothing arrived within the {timeout} s timeout" in lines[0]
+    _no_traceback_from_us(stderr)
+    assert not (out / "summary.json").exists()
+
+
+def _fake_rank(rank: int, world: int, args, cwd):
+    """`python -m runtime` as rank `rank` of `world` without torchrun: any communication would hang."""
+    env = {**_env(), "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_port())}
+    return subprocess.Popen([sys.executable, "-m", "runtime", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--schedule", "1f1b", "--microbatches", "2", "--layers", "1"],
+         "the model has 1 layers, fewer than the schedule's 2 stages"),
+        (["--schedule", "interleaved", "--microbatches", "3", *TINY],
+         "interleaved with p=2 and group size 2 cannot run m=3 microbatches"),
+        (["--program", "{program}", *TINY], "needs 4 ranks but the world has 2"),
+        (["--schedule", "gpipe", "--microbatches", "16", *TINY], "--batch-size 8 is smaller than --microbatches 16"),
+        (["--schedule", "gpipe", "--microbatches", "2", "--model", "gpt", "--hidden", "30", "--heads", "4"],
+         "--hidden 30 is not divisible by --heads 4"),
+    ],
+    ids=["layers", "microbatches", "world-size", "batch", "heads"],
+)
+def test_configuration_errors_fail_every_rank_before_communicating(tmp_path, args, message):
+    program = tmp_path / "p4.json"
+    schedules.save_json(schedules.lower(schedules.build("1f1b", ranks=4, microbatches=4)), program)
+    args = [a.replace("{program}", str(program)) for a in args] + ["--out", str(tmp_path / "run")]
+    procs = [_fake_rank(rank, 2, args, tmp_path) for rank in range(2)]
+    for rank, proc in enumerate(procs):
+        stdout, stderr = proc.communicate(timeout=60)  # no partner process exists: talking would hang
+        assert proc.returncode == 2, stderr
+        lines = stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"rank {rank}: error: ") and message in lines[0], lines
+    assert not (tmp_path / "run").exists()
+
+
+def test_bad_argument_exits_2(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "runtime", "--schedule", "1f1b", "--microbatches", "two"],
+                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "invalid int value: 'two'" in proc.stderr
+
+
+def test_two_nodes_with_c10d_rendezvous_pass_check(tmp_path):
+    """Two torchrun agents, one rank each, meeting through a c10d rendezvous on 127.0.0.1."""
+    port = _port()
+    out = tmp_path / "run"
+    agents = [
+        _launch(
+            ["--schedule", "1f1b", "--microbatches", "3", *TINY_GPT, "--steps", "1", "--warmup", "0", "--check",
+             "--timeout", "60", "--out", str(out)],
+            nproc=1,
+            extra=["--nnodes", "2", "--node-rank", str(node), "--rdzv-backend", "c10d",
+                   "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"bubblescope-{port}"],
+            cwd=tmp_path,
+        )
+        for node in (0, 1)
+    ]
+    results = [agent.communicate(timeout=180) for agent in agents]
+    assert [agent.returncode for agent in agents] == [0, 0], [r[1][-2000:] for r in results]
+    assert sum("check PASSED" in stdout for stdout, _ in results) == 1  # printed by global rank 0 only
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["ranks"] == 2 and summary["check"]["passed"] is True
