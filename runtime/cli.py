@@ -53,6 +53,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--warmup", type=int, default=2, help="unmeasured steps before them")
     run.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for a peer before failing")
     run.add_argument("--check", action="store_true", help="compare loss and gradients with a one-process run")
+    run.add_argument("--post-ahead", type=int, default=0, metavar="K",
+                     help="post each receive K compute actions before its RECV (default 0: at the RECV)")
     run.add_argument("--out", type=Path, help="output directory (default runs/SCHEDULE-pP-mM)")
     return p
 
@@ -111,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         spec.check()
         options = RunOptions(
             steps=args.steps, warmup=args.warmup, timeout=args.timeout, check=args.check,
-            split=parse_split(args.split),
+            split=parse_split(args.split), post_ahead=args.post_ahead,
         )
         model = build(spec)
         prepare(program, model, options, world)  # every configuration error surfaces here, on every rank

@@ -5,7 +5,11 @@ Per action:
 
 - RECV posts a non-blocking receive; the compute action that consumes it waits for it
   (the lowering puts each RECV right before its consumer, so the RECV's row in the
-  timeline is the time the rank waited for the data).
+  timeline is the time the rank waited for the data). With `post_ahead` k > 0 the
+  receive is posted k compute actions earlier than its RECV (at most k more receive
+  buffers per rank), so the transfer can land while the rank computes; the RECV row
+  still runs from reaching the RECV to the data being there. The order of compute
+  and of sends is never changed.
 - F / B / I / W run on the stage (see stage.py); an output headed for a stage on the
   same rank is handed over in memory, one headed elsewhere waits in the outbox for
   its SEND.
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import os
 import time
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any, Callable
@@ -39,7 +44,7 @@ from .memory import SavedTensorMeter
 from .models import PipelineModel, microbatch_sizes, partition
 from .stage import Stage
 
-F_, B_, I_, W_, SEND_, RECV_ = range(6)
+F_, B_, I_, W_, SEND_, RECV_, POST_ = range(7)
 _CODE = {Kind.F: F_, Kind.B: B_, Kind.I: I_, Kind.W: W_,
          Kind.SEND_F: SEND_, Kind.SEND_B: SEND_, Kind.RECV_F: RECV_, Kind.RECV_B: RECV_}
 
@@ -48,7 +53,8 @@ _CODE = {Kind.F: F_, Kind.B: B_, Kind.I: I_, Kind.W: W_,
 class RunOptions:
     """How to run: measured steps after warm-up steps, the peer timeout, --check, the split.
 
-    `transport` None picks "ordered" on NCCL and "tagged" otherwise (see comm.py).
+    `transport` None picks "ordered" on NCCL and "tagged" otherwise (see comm.py);
+    `post_ahead` posts each receive that many compute actions before its RECV (0: at it).
     """
 
     steps: int = 1
@@ -58,6 +64,7 @@ class RunOptions:
     tolerance: float = reference.TOLERANCE
     split: tuple[int, ...] | None = None
     transport: str | None = None
+    post_ahead: int = 0
 
     def validate(self) -> None:
         if not isinstance(self.steps, int) or self.steps < 1:
@@ -66,6 +73,8 @@ class RunOptions:
             raise ConfigError(f"--warmup must be 0 or more; got {self.warmup!r}")
         if not self.timeout > 0:
             raise ConfigError(f"--timeout must be positive seconds; got {self.timeout!r}")
+        if not isinstance(self.post_ahead, int) or self.post_ahead < 0:
+            raise ConfigError(f"--post-ahead must be 0 or more compute actions; got {self.post_ahead!r}")
         if self.transport is not None and self.transport not in TRANSPORTS:
             raise ConfigError(f"transport must be one of {', '.join(TRANSPORTS)}; got {self.transport!r}")
 
@@ -285,8 +294,22 @@ class _Runner:
         split_mbs = {(a.stage, a.microbatch) for a in self.stream if a.kind is Kind.I}
         plan = posting_plan(self.plan.program, self.rank) if self.transport.kind == "ordered" else {}
         recv_row = {transfer_key(a): i for i, a in enumerate(self.stream) if a.kind.is_recv}
+        ahead = self.plan.options.post_ahead
+        early: dict[int, list] = {}  # stream position -> receives to post before it
+        if ahead:
+            computes = [i for i, a in enumerate(self.stream) if a.kind.is_compute]
+            for i, a in enumerate(self.stream):
+                if a.kind.is_recv:
+                    earlier = bisect_left(computes, i)  # compute actions before position i
+                    at = computes[earlier - ahead] if earlier >= ahead else 0
+                    early.setdefault(at, []).append(i)
         ops = []
         for i, a in enumerate(self.stream):
+            for j in early.get(i, ()):
+                r = self.stream[j]
+                keys = plan.get(j, (transfer_key(r),))
+                posts = tuple((k, self._buffer_shape(k), recv_row[k], self._label(k)) for k in keys)
+                ops.append((POST_, j, None, r.microbatch, posts, s2r[r.peer_stage()], False, str(r)))
             code = _CODE[a.kind]
             s, mb = a.stage, a.microbatch
             stage = self.stages.get(s)
@@ -306,7 +329,7 @@ class _Runner:
                 if code == SEND_:
                     ops.append((code, i, None, mb, key, peer, False, str(a)))
                 else:
-                    keys = plan.get(i, (key,))
+                    keys = () if ahead else plan.get(i, (key,))
                     posts = tuple((k, self._buffer_shape(k), recv_row[k], self._label(k)) for k in keys)
                     ops.append((code, i, None, mb, posts, peer, False, str(a)))
         self.ops = ops
@@ -387,8 +410,9 @@ class _Runner:
         sends: list = []
         self.clock.begin()
         for code, i, stage, mb, a, b, split, text in self.ops:
-            if code == RECV_:
-                starts[i] = stamp()
+            if code >= RECV_:
+                if code == RECV_:
+                    starts[i] = stamp()
                 for key, (shape, dtype), row, label in a:
                     buffer = torch.empty(shape, dtype=dtype, device=device)
                     pending[key] = _Pending(transport.irecv(buffer, b, key), buffer, row, b, label)
