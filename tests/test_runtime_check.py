@@ -91,8 +91,15 @@ def configurations(p: int) -> list[dict]:
             {"schedule": "swapped", "m": 2, "model": "mlp", "transport": "tagged"},
             {"schedule": "swapped", "m": 2, "model": "gpt", "transport": "ordered"},
             {"schedule": "zbv", "m": 4, "model": "gpt", "transport": "ordered", "steps": 2},
-            {"schedule": "1f1b", "m": 3, "model": "sum-loss"},
+            {"schedule": "interleaved", "m": 4, "model": "gpt", "post_ahead": 1},
+            {"schedule": "zbv", "m": 5, "model": "mlp", "post_ahead": 2, "transport": "ordered"},
         ]
+    else:
+        configs += [
+            {"schedule": "1f1b", "m": 9, "model": "gpt", "post_ahead": 1},
+            {"schedule": "zbv", "m": 8, "model": "gpt", "post_ahead": 1, "transport": "ordered"},
+        ]
+    configs.append({"schedule": "1f1b", "m": 3, "model": "sum-loss"})
     return configs
 
 
@@ -132,7 +139,10 @@ def _worker(rank: int, world: int, port: int, configs: list[dict], out: str) -> 
         program = _program(config, world)
         model = _model(config, program.schedule.num_stages, 2 * world + 1)
         steps = config.get("steps", 1)
-        options = RunOptions(steps=steps, check=True, timeout=GROUP_TIMEOUT, transport=config.get("transport"))
+        options = RunOptions(
+            steps=steps, check=True, timeout=GROUP_TIMEOUT, transport=config.get("transport"),
+            post_ahead=config.get("post_ahead", 0),
+        )
         result = execute(program, model, options)
         if rank == 0:
             frame = result.timeline
@@ -222,9 +232,7 @@ def test_timeline_has_exactly_one_row_per_action_per_step(matrix):
 
 
 def test_check_catches_a_loss_that_breaks_the_mean_contract(matrix):
-    p, results = matrix
-    if p != 2:
-        pytest.skip("the sum-loss configuration runs in the p=2 group")
+    _, results = matrix
     (bad,) = [r for r in results if r["model"] == "sum-loss"]
     assert bad["passed"] is False and bad["check"]["max_relative_error"] > 0.1
 

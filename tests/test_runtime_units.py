@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 import schedules
-from runtime import ConfigError, ModelSpec, build_model, from_layers, partition
+from runtime import ConfigError, ModelSpec, RunOptions, build_model, from_layers, partition
 from runtime.memory import SavedTensorMeter
 from runtime.models import microbatch_sizes
 from runtime.record import set_delivery_times, step_metrics
@@ -240,3 +240,18 @@ def test_send_rows_end_when_the_matching_receive_ends():
     assert ends["0SEND_F0"] == 1.5  # delivered when 1RECV_F0 ended
     assert ends["1SEND_B0"] == 4.0  # delivered when 0RECV_B0 ended
     assert ends["0F0"] == 1.0 and ends["1RECV_F0"] == 1.5
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (RunOptions(steps=0), "--steps must be at least 1"),
+        (RunOptions(warmup=-1), "--warmup must be 0 or more"),
+        (RunOptions(timeout=0), "--timeout must be positive"),
+        (RunOptions(post_ahead=-1), "--post-ahead must be 0 or more"),
+        (RunOptions(transport="udp"), "transport must be one of tagged, ordered"),
+    ],
+)
+def test_run_option_errors(options, message):
+    with pytest.raises(ConfigError, match=message):
+        options.validate()
