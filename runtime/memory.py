@@ -41,7 +41,12 @@ class SavedTensorMeter:
 
     def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
         """Context manager under which saved tensors are counted."""
-        return torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
+        return torch.autograd.graph.saved_tensors_hooks(self._pack, unpack)
+
+    def keep(self, tensor: Tensor):
+        """Hold `tensor` for a later backward step (W) outside autograd, counted like a saved
+        tensor until the returned handle is dropped; `unpack` gives the tensor back."""
+        return self._pack(tensor)
 
     def reset_peak(self) -> None:
         self.peak = self.bytes
@@ -73,5 +78,5 @@ class SavedTensorMeter:
             self.bytes -= entry[1]
 
 
-def _unpack(packed):
+def unpack(packed):
     return packed.tensor if type(packed) is _Held else packed

@@ -37,7 +37,7 @@ class Stage:
         self.targets = targets
         self.weights = weights
         self.params = [p for p in module.parameters() if p.requires_grad]
-        self.deferral = WeightDeferral(module) if split else None
+        self.deferral = WeightDeferral(module, meter) if split else None
         self._inputs: dict[int, Tensor | None] = {}
         self._outputs: dict[int, Tensor] = {}
         self._records: dict[int, SplitRecord] = {}

@@ -6,10 +6,11 @@ from torch import nn
 
 import schedules
 from runtime import ConfigError, ModelSpec, RunOptions, build_model, from_layers, partition
-from runtime.memory import SavedTensorMeter
+from runtime.memory import SavedTensorMeter, unpack
 from runtime.models import microbatch_sizes
 from runtime.record import set_delivery_times, step_metrics
 from runtime.reference import compute as reference
+from runtime.reference import relative_error
 from runtime.stage import Stage
 from schedules.timeline import timeline_frame
 
@@ -120,45 +121,86 @@ def _stages(model, parts, meter, m, split):
     return stages, inputs
 
 
-@pytest.mark.parametrize("kind", ["mlp", "gpt"])
-def test_split_backward_input_then_weight_equals_reference(kind):
-    """I gives input gradients and leaves every weight gradient to W; together they equal B."""
-    model = build_model(ModelSpec(model=kind, layers=3, hidden=16, heads=2, seq_len=4, vocab=13, batch_size=5))
+def _split_run(model, m, on_after_forward=None, on_after_input=None):
+    """F, then I, then W of every microbatch through one stage per layer; returns the
+    stages and the reference (computed first: stages patch the modules' forward)."""
     ref = reference(model, torch.device("cpu"))
     meter = SavedTensorMeter([*model.full_module().parameters(), model.inputs, model.targets])
-    m = 3
-    stages, inputs = _stages(model, partition(3, 3), meter, m, split=True)
+    stages, inputs = _stages(model, partition(len(model.layers), len(model.layers)), meter, m, split=True)
     for mb in range(m):
         x = inputs[mb]
         for stage in stages:
             x = stage.forward(mb, x, split=True)
-    after_forward = meter.bytes
-    assert after_forward > 0
+    on_after_forward(meter, stages)
     for mb in range(m):
         grad = None
         for stage in reversed(stages):
             grad = stage.backward_input(mb, grad)
             if stage.index > 0:
-                assert grad is not None and grad.shape == inputs[mb].shape[:1] + grad.shape[1:]
-    # I computed no weight gradient, and freed what only the input gradients needed.
-    assert all(p.grad is None for stage in stages for p in stage.params)
-    held_for_w = meter.bytes
-    assert 0 < held_for_w < after_forward
+                assert grad is not None and grad.shape[0] == inputs[mb].shape[0]
+    on_after_input(meter, stages)
     for mb in range(m):
         for stage in stages:
             stage.backward_weight(mb)
     assert meter.bytes == 0
-    errors = [
-        (name, (p.grad - ref.grads[name]).abs().max().item() / ref.grads[name].abs().max().item())
+    return stages, ref
+
+
+def _assert_equals_reference(model, stages, ref):
+    errors = {
+        name: relative_error(p.grad, ref.grads[name])
         for stage in stages
         for name, p in stage.module.named_parameters()
-    ]
-    assert len(errors) == len(ref.grads)
-    assert max(e for _, e in errors) < 1e-5, errors
+    }
+    assert sorted(errors) == sorted(ref.grads)
+    assert max(errors.values()) < 1e-5, errors
     assert abs(float(stages[-1].loss_sum) - ref.loss) < 1e-5 * abs(ref.loss)
     for stage in stages:
         stage.close()
     assert all("forward" not in vars(mod) for mod in model.full_module().modules())
+
+
+def test_split_backward_keeps_exactly_linear_inputs_and_output_gradients_for_w():
+    """mlp, one Linear+ReLU block per stage, hidden 16, rows 2+2+1: every activation is
+    64 bytes per row. After F: each stage's ReLU output (the next stage's input shares it;
+    the batch is not counted) = 3 x 64 x 5. After I: the Linear inputs W needs (stage 1's
+    and 2's inputs) plus the three Linear output gradients = 5 x 64 x 5; the last ReLU
+    output, needed by no weight gradient, is gone. I computes no weight gradient."""
+    model = build_model(ModelSpec(layers=3, hidden=16, batch_size=5))
+    seen = {}
+
+    def after_forward(meter, stages):
+        seen["forward"] = meter.bytes
+
+    def after_input(meter, stages):
+        seen["input"] = meter.bytes
+        assert all(p.grad is None for stage in stages for p in stage.params)
+
+    stages, ref = _split_run(model, 3, after_forward, after_input)
+    assert seen == {"forward": 3 * 64 * 5, "input": 5 * 64 * 5}
+    _assert_equals_reference(model, stages, ref)
+
+
+def test_split_backward_gpt_frees_what_only_input_gradients_need():
+    model = build_model(ModelSpec(model="gpt", layers=3, hidden=16, heads=2, seq_len=4, vocab=13, batch_size=5))
+    seen = {}
+
+    def after_forward(meter, stages):
+        seen["forward"] = meter.bytes
+
+    def after_input(meter, stages):
+        kept_grads = sum(
+            unpack(d.grad).untyped_storage().nbytes()
+            for stage in stages
+            for record in stage._records.values()
+            for d in (*record.closed, *record.graph)
+        )
+        seen["input_without_grads"] = meter.bytes - kept_grads
+        assert all(p.grad is None for stage in stages for p in stage.params)
+
+    stages, ref = _split_run(model, 3, after_forward, after_input)
+    assert 0 < seen["input_without_grads"] < seen["forward"]
+    _assert_equals_reference(model, stages, ref)
 
 
 def test_split_backward_for_a_module_called_with_two_arguments_falls_back_to_weights_in_i():
