@@ -113,6 +113,12 @@ class Transport:
                 if rank in pair:
                     self._groups[pair] = group
 
+    def close(self) -> None:
+        """Destroy the per-direction groups this run created (every rank calls this)."""
+        for group in self._groups.values():
+            dist.destroy_process_group(group)
+        self._groups.clear()
+
     def isend(self, tensor: Tensor, dst: int, key: tuple[int, int, int]) -> dist.Work:
         return self._isend(tensor, dst, tag_of(key, self._m))
 

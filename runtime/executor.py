@@ -137,6 +137,8 @@ def execute(
 
     plan = prepare(program, model, options, dist.get_world_size())
     device = default_device() if device is None else device
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # object collectives on NCCL use the current device
     ref = reference.compute(model, device) if options.check else None
     runner = _Runner(plan, device)
     try:
@@ -512,3 +514,4 @@ class _Runner:
     def close(self) -> None:
         for stage in self.stages.values():
             stage.close()
+        self.transport.close()

@@ -185,7 +185,8 @@ class WeightDeferral:
         self.meter = meter
         # A leaf that every bridge takes as input, so that I reaches every bridge even
         # when the module input needs no gradient (stage 0, token ids).
-        self.anchor = torch.empty(0, requires_grad=True)
+        device = next(module.parameters()).device
+        self.anchor = torch.empty(0, device=device, requires_grad=True)
         self._record: SplitRecord | None = None
         self._patched: list[nn.Module] = []
         for mod in _outermost_parametric(module):
