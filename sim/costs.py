@@ -30,6 +30,15 @@ same rank hand tensors over in memory, at no cost. With ``link_contention`` each
 directed link (rank -> peer) carries one transfer at a time, in the order the sender
 issued them; without it transfers on a link overlap freely.
 
+Fixed overheads of a real executor (seconds; all default to 0, the ideal machine):
+``send_overhead`` is rank time spent issuing each SEND (the transfer is on the wire
+from the SEND's start; the rank moves on after the overhead); ``recv_overhead`` is the
+least rank time of each RECV (it ends at ``max(reached + recv_overhead, arrival)``);
+``step_overhead`` is what a training step takes beyond the makespan (the barriers and
+bookkeeping around the streams): ``SimResult.step_time = makespan + step_overhead``.
+A fixed per-compute-action overhead needs no field: it is part of each stage's F/B/I/W
+cost (see sim.calibration, which fits it).
+
 Memory: ``activation_memory`` bytes per microbatch per stage are allocated when its F
 starts and freed when its B ends. With split backward, ``weight_memory`` of them stay
 allocated from the end of I until the end of W and the rest is freed when I ends: in
@@ -90,7 +99,8 @@ class StageCosts:
     `forward[s]`, `backward[s]`, `input[s]`, `weight[s]`: compute time of F, B, I, W of
     stage s; `send_forward[s]`/`send_backward[s]`: transfer time across boundary s|s+1;
     `memory[s]`: activation bytes of one microbatch on stage s; `weight_memory[s]`: the
-    part of it kept from I until W; `static[r]`: static bytes of rank r.
+    part of it kept from I until W; `static[r]`: static bytes of rank r; `send_overhead`,
+    `recv_overhead`, `step_overhead`: the executor overheads of the cost model.
     """
 
     forward: tuple[int, ...]
@@ -103,6 +113,9 @@ class StageCosts:
     weight_memory: tuple[int, ...]
     static: tuple[int, ...]
     contention: bool
+    send_overhead: int = 0
+    recv_overhead: int = 0
+    step_overhead: int = 0
 
 
 @dataclass(frozen=True)
@@ -120,6 +133,8 @@ class CostModel:
     Per rank (scalar or list): static_memory -- bytes, reported beside activations.
     Links: p2p_latency (seconds per transfer), p2p_bandwidth (bytes per second, default
     unlimited), link_contention (one transfer at a time per directed link, default on).
+    Executor overheads (seconds, default 0): send_overhead (rank time per SEND),
+    recv_overhead (least rank time per RECV), step_overhead (step time minus makespan).
     """
 
     forward: PerStage
@@ -135,6 +150,9 @@ class CostModel:
     weight_memory: PerStage | None = None
     static_memory: PerStage = 0
     link_contention: bool = True
+    send_overhead: float = 0.0
+    recv_overhead: float = 0.0
+    step_overhead: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("forward", "p2p_activation_bytes", "activation_memory", "static_memory"):
@@ -143,7 +161,8 @@ class CostModel:
             object.__setattr__(self, name, _as_values(name, getattr(self, name), allow_none=True))
         if self.backward_full is None and self.backward_input is None:
             raise CostError("give backward_input (with optional backward_weight) or backward_full")
-        object.__setattr__(self, "p2p_latency", _number("p2p_latency", self.p2p_latency))
+        for name in ("p2p_latency", "send_overhead", "recv_overhead", "step_overhead"):
+            object.__setattr__(self, name, _number(name, getattr(self, name)))
         bandwidth = self.p2p_bandwidth
         if isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float)) or not bandwidth > 0:
             raise CostError(f"p2p_bandwidth must be a number > 0 (bytes/s), got {bandwidth!r}")
@@ -188,6 +207,9 @@ class CostModel:
             weight_memory=tuple(round(x) for x in kept),
             static=tuple(round(x) for x in static),
             contention=self.link_contention,
+            send_overhead=round(self.send_overhead * NS_PER_S),
+            recv_overhead=round(self.recv_overhead * NS_PER_S),
+            step_overhead=round(self.step_overhead * NS_PER_S),
         )
 
     def transfer_ns(self, num_bytes: float) -> int:

@@ -9,7 +9,10 @@ Semantics (times are integer nanoseconds, so results are exact and deterministic
   carries one transfer at a time, first come first served in issue order, so a
   transfer starts when both the SEND is issued and the previous transfer on the link
   has arrived;
-- a RECV blocks its rank until the matching transfer has arrived.
+- a RECV blocks its rank until the matching transfer has arrived;
+- executor overheads (0 by default): a SEND occupies its rank for ``send_overhead``
+  after putting the tensor on the link, and a RECV ends no earlier than
+  ``recv_overhead`` after the rank reached it.
 
 Activation memory of a stage is allocated when its F starts and freed when its B ends
 (with split backward: partly when I ends, the rest when W ends; see sim.costs).
@@ -61,7 +64,10 @@ def simulate(schedule_or_program: Schedule | Program, costs: CostModel) -> SimRe
     else:
         raise TypeError(f"simulate() takes a Schedule or a Program, not {type(schedule_or_program).__name__}")
     stage_costs = costs.for_schedule(program.schedule)
-    runs = run(compile_program(program, stage_costs), stage_costs.contention)
+    runs = run(
+        compile_program(program, stage_costs), stage_costs.contention,
+        stage_costs.send_overhead, stage_costs.recv_overhead,
+    )
     _check_finished(program, runs)
     return SimResult.from_runs(program, costs, stage_costs, runs)
 
@@ -112,20 +118,22 @@ def compile_program(program: Program, costs: StageCosts) -> Compiled:
     return Compiled(tuple(ops), 2 * n * m, p * p)
 
 
-def run(compiled: Compiled, contention: bool) -> list[RankRun]:
-    """Run the SimPy model and return what each rank's process recorded."""
+def run(compiled: Compiled, contention: bool, send_overhead: int = 0, recv_overhead: int = 0) -> list[RankRun]:
+    """Run the SimPy model and return what each rank's process recorded (overheads in ns)."""
     env = simpy.Environment()
     arrivals = [-1] * compiled.num_transfers  # arrival time of each transfer, -1 until sent
     waiters: dict[int, simpy.Event] = {}  # transfer id -> event of the rank blocked on it
     link_free = [0] * compiled.num_links  # time each directed link finishes its last transfer
     runs = [RankRun() for _ in compiled.ops]
     for ops, out in zip(compiled.ops, runs):
-        env.process(_rank_process(env, ops, arrivals, waiters, link_free, contention, out))
+        env.process(
+            _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overhead, recv_overhead, out)
+        )
     env.run()
     return runs
 
 
-def _rank_process(env, ops, arrivals, waiters, link_free, contention, out: RankRun):
+def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overhead, recv_overhead, out: RankRun):
     """Walk one rank's ops, recording into `out` as it goes."""
     timeout = env.timeout
     record = out.times.append
@@ -170,6 +178,9 @@ def _rank_process(env, ops, arrivals, waiters, link_free, contention, out: RankR
                 waiter.succeed()
             record(start)
             record(start + duration)
+            if send_overhead:
+                yield timeout(send_overhead)
+                now += send_overhead
         else:
             tid = op[1]
             reached = now
@@ -180,9 +191,10 @@ def _rank_process(env, ops, arrivals, waiters, link_free, contention, out: RankR
                 yield event
                 now = env.now
                 arrival = arrivals[tid]
-            if arrival > now:
-                yield timeout(arrival - now)
-                now = arrival
+            done = max(arrival, reached + recv_overhead)
+            if done > now:
+                yield timeout(done - now)
+                now = done
             record(reached)
             record(now)
     out.busy, out.first, out.last, out.peak = busy, first, last, peak

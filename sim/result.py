@@ -4,6 +4,7 @@ Definitions (p ranks, T the makespan, busy_r the compute time of rank r, i.e. th
 of its F, B, I and W durations; transfers and receive waits are not compute):
 
 - ``makespan`` T: the time the last rank finishes its stream (all ranks start at 0);
+- ``step_time``: T plus the cost model's ``step_overhead`` (what a measured step adds);
 - ``idle_r = T - busy_r``;
 - ``bubble_ratio = sum_r idle_r / (p * T)``: the share of the p x T device-time box
   spent not computing (the GPipe / zero-bubble paper's definition);
@@ -109,6 +110,11 @@ class SimResult:
         return self.makespan_ns / NS_PER_S
 
     @property
+    def step_time(self) -> float:
+        """Predicted step time, seconds: the makespan plus the cost model's step_overhead."""
+        return (self.makespan_ns + self.stage_costs.step_overhead) / NS_PER_S
+
+    @property
     def busy(self) -> list[float]:
         """Compute time per rank, seconds."""
         return [b / NS_PER_S for b in self.busy_ns]
@@ -183,6 +189,7 @@ class SimResult:
             "microbatches": schedule.microbatches,
             "chunks": schedule.chunks,
             "makespan": self.makespan,
+            "step_time": self.step_time,
             "time_per_microbatch": self.time_per_microbatch,
             "bubble_ratio": self.bubble_ratio,
             "bubble_ratio_rank_span": self.bubble_ratio_rank_span,

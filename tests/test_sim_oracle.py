@@ -6,7 +6,8 @@ after the transfer time) and evaluates longest paths in topological order. Witho
 contention, every start and end time must agree exactly (integer nanoseconds), and so must the
 memory table, busy time, makespan and bubble ratio. Cases: random valid schedules on random
 placements (V-like adjacent stages on one rank included) with random split backward, and every
-registered schedule at random sizes, all with random heterogeneous per-stage costs.
+registered schedule at random sizes, all with random heterogeneous per-stage costs and random
+executor overheads (rank time per SEND and per RECV, and the step overhead added to the makespan).
 
 Link contention (one transfer at a time per directed link, in issue order) is one more kind of
 edge in the same graph, so the oracle checks it too, on a further set of random cases.
@@ -102,6 +103,9 @@ def random_costs(rng: random.Random, schedule: Schedule, contention: bool = Fals
         activation_memory=memory,
         weight_memory=[rng.randint(0, x) for x in memory],
         link_contention=contention,
+        send_overhead=rng.choice([0, rng.randint(1, 5)]) * 1e-6,
+        recv_overhead=rng.choice([0, rng.randint(1, 5)]) * 1e-6,
+        step_overhead=rng.randint(0, 50) * 1e-6,
     )
 
 
@@ -121,6 +125,13 @@ def durations(costs: CostModel, action: Action) -> int:
     return ns(costs.backward_input) + ns(costs.backward_weight)
 
 
+def own_time(costs: CostModel, action: Action) -> int:
+    """Least time an action occupies its rank: compute time, or the SEND/RECV overhead."""
+    if action.kind.is_compute:
+        return durations(costs, action)
+    return round((costs.send_overhead if action.kind.is_send else costs.recv_overhead) * NS)
+
+
 def transfer_ns(costs: CostModel, send: Action) -> int:
     boundary = min(send.stage, send.peer_stage())
     sizes = costs.p2p_activation_bytes
@@ -134,7 +145,8 @@ def critical_path(program, costs: CostModel) -> dict[tuple[int, int], tuple[int,
 
     Nodes: ('s', rank, i) and ('e', rank, i) per action, plus ('w', rank, i), the moment a
     SEND's transfer goes on the wire. Edges: e(i-1) -> s(i) (stream order); s(i) -> e(i)
-    weighted by the compute time (0 for SEND and RECV); s(SEND) -> w(SEND); w(SEND) ->
+    weighted by the compute time (send_overhead for a SEND, recv_overhead for a RECV: e of
+    a SEND is when its rank moves on); s(SEND) -> w(SEND); w(SEND) ->
     e(RECV) weighted by the transfer time; with link contention also w(previous SEND on the
     same directed link) -> w(SEND), weighted by that previous transfer's time. A SEND's row
     is its time on the wire.
@@ -149,7 +161,7 @@ def critical_path(program, costs: CostModel) -> dict[tuple[int, int], tuple[int,
             start, end = ("s", rank, i), ("e", rank, i)
             nodes += [start, end]
             where[action] = (rank, i)
-            edges[start].append((end, durations(costs, action) if action.kind.is_compute else 0))
+            edges[start].append((end, own_time(costs, action)))
             if i > 0:
                 edges[("e", rank, i - 1)].append((start, 0))
             if action.kind.is_send:
@@ -223,6 +235,7 @@ def check_against_oracle(schedule: Schedule, costs: CostModel) -> None:
 
     makespan = max(end for _, end in expected.values())
     assert result.makespan_ns == makespan
+    assert result.step_time == (makespan + round(costs.step_overhead * NS)) / NS
     busy = [0] * schedule.ranks
     for (rank, i), (start, end) in expected.items():
         if program.streams[rank][i].kind.is_compute:
