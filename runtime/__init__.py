@@ -11,10 +11,10 @@ Python use, on every rank of an initialised process group::
 """
 
 from .errors import ConfigError, PeerError
-from .executor import RunOptions, RunResult, execute, prepare
+from .executor import RunOptions, execute, prepare
 from .models import ModelSpec, PipelineModel, from_layers, partition
 from .models import build as build_model
-from .record import write_outputs
+from .record import RunResult, write_outputs
 
 __all__ = [
     "ConfigError",

@@ -11,14 +11,16 @@ Per action:
   still runs from reaching the RECV to the data being there. The order of compute
   and of sends is never changed.
 - F / B / I / W run on the stage (see stage.py); an output headed for a stage on the
-  same rank is handed over in memory, one headed elsewhere waits in the outbox for
+  same rank is handed over in memory, one headed elsewhere waits in a mailbox for
   its SEND.
 - SEND posts a non-blocking send; it is completed before the step ends. Its row in
   the timeline runs from posting to delivery, i.e. the end of the matching RECV on the
   receiver (neither backend lets a sender observe delivery without blocking).
 
-Call `execute` on every rank of an initialised process group; it may be called many
-times in one group (tests run a whole matrix of configurations this way).
+A step is the forward and backward of every microbatch of one batch: gradients are
+zeroed before it and hold the full-batch gradient after it; no optimizer runs. Call
+`execute` on every rank of an initialised process group; it may be called many times
+in one group (tests run a whole matrix of configurations this way).
 """
 
 from __future__ import annotations
@@ -38,10 +40,13 @@ from schedules import Kind, Program
 
 from . import reference
 from .clock import clock_for
-from .comm import TRANSPORTS, Transport, check_boundary, decode_meta, encode_meta, posting_plan, transfer_key
+from .comm import (
+    TRANSPORTS, Transport, check_boundary, decode_meta, encode_meta, posting_plan, reason, transfer_key,
+)
 from .errors import ConfigError, PeerError
 from .memory import SavedTensorMeter
 from .models import PipelineModel, microbatch_sizes, partition
+from .record import RunResult, summarize
 from .stage import Stage
 
 F_, B_, I_, W_, SEND_, RECV_, POST_ = range(7)
@@ -104,17 +109,6 @@ def prepare(program: Program, model: PipelineModel, options: RunOptions, world_s
     return Plan(program, model, options, layers, tuple(sizes))
 
 
-@dataclass(frozen=True, eq=False)
-class RunResult:
-    """One rank's view of a run; `summary`, `timeline` and `memory` are set on rank 0 only."""
-
-    rank: int
-    passed: bool | None  # --check verdict, the same on every rank; None without --check
-    summary: dict[str, Any] | None = None
-    timeline: Any = None  # pandas DataFrame, schema of schedules.timeline
-    memory: Any = None
-
-
 def default_device() -> torch.device:
     if torch.cuda.is_available():
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
@@ -133,8 +127,6 @@ def execute(
     `on_ready` is called once the ranks have agreed on the boundary shapes, just before
     the first step (the CLI prints a line there).
     """
-    from .record import summarize
-
     plan = prepare(program, model, options, dist.get_world_size())
     device = default_device() if device is None else device
     if device.type == "cuda":
@@ -360,8 +352,6 @@ class _Runner:
             else:
                 dist.barrier()
         except RuntimeError as exc:
-            from .comm import reason
-
             raise PeerError(f"rank {self.rank}: barrier {where} failed: {reason(exc, -1, self.plan.options.timeout)}") from None
 
     def step(self, measured: int | None) -> None:

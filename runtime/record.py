@@ -1,5 +1,11 @@
 """Rank 0's view of a run: the gathered timeline and memory tables, metrics, the output files.
 
+Measured rows follow schedules.timeline: a RECV runs from the rank reaching it to the
+data being there; a SEND from its posting to its delivery, i.e. the end of the matching
+RECV on the receiver (neither gloo nor NCCL lets the sender observe delivery without
+blocking), never before its own start. Memory rows give, per rank, the bytes saved for
+backward at the step start and after every compute action.
+
 Metrics follow the simulator's definitions (sim/result.py), per measured step, then
 the median over steps: makespan T is the latest end of any action of the step (all
 ranks' clocks start at the aligned step start), busy_r is rank r's summed F/B/I/W time,
@@ -14,6 +20,7 @@ import json
 import os
 import platform
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -27,6 +34,17 @@ from .clock import __doc__ as CLOCK_DOC
 
 COMPUTE = ("F", "B", "I", "W")
 SUMMARY = "summary.json"
+
+
+@dataclass(frozen=True, eq=False)
+class RunResult:
+    """One rank's view of a run; `summary`, `timeline` and `memory` are set on rank 0 only."""
+
+    rank: int
+    passed: bool | None  # --check verdict, the same on every rank; None without --check
+    summary: dict[str, Any] | None = None
+    timeline: Any = None  # pandas DataFrame, schema of schedules.timeline
+    memory: Any = None
 
 
 def step_metrics(timeline, ranks: int) -> list[dict[str, float]]:
@@ -54,8 +72,6 @@ def step_metrics(timeline, ranks: int) -> list[dict[str, float]]:
 
 def summarize(plan, payloads: list[dict[str, Any]], backend: str, device: torch.device):
     """The RunResult of rank 0: tables, summary dict and --check verdict."""
-    from .executor import RunResult
-
     program = plan.program
     schedule = program.schedule
     payloads = sorted(payloads, key=lambda p: p["rank"])
