@@ -25,6 +25,7 @@ import schedules
 from .errors import ConfigError, PeerError
 from .executor import RunOptions, default_device, execute, prepare
 from .models import MODELS, ModelSpec, build
+from .profile import clear_profile, collect, write_profile
 from .record import clear_summary, format_summary, write_outputs
 
 
@@ -55,6 +56,10 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--check", action="store_true", help="compare loss and gradients with a one-process run")
     run.add_argument("--post-ahead", type=int, default=0, metavar="K",
                      help="post each receive K compute actions before its RECV (default 0: at the RECV)")
+    run.add_argument("--profile-layers", action="store_true",
+                     help="after the steps, time F/B of each stage role at 1, 2 and 4 layers (profile.json, for sim calibrate)")
+    run.add_argument("--profile-p2p", action="store_true",
+                     help="after the steps, ping-pong ranks 0 and 1 at several sizes (profile.json, for sim calibrate)")
     run.add_argument("--out", type=Path, help="output directory (default runs/SCHEDULE-pP-mM)")
     return p
 
@@ -133,11 +138,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if rank == 0:
             clear_summary(out)
+            clear_profile(out)
         def ready() -> None:
             if rank == 0:
                 print(f"running {schedule.describe()}: {options.warmup} warm-up and {options.steps} measured steps", flush=True)
 
         result = execute(program, model, options, device, on_ready=ready)
+        profile = None
+        if args.profile_layers or args.profile_p2p:
+            profile = collect(program, model, device, layers=args.profile_layers, p2p=args.profile_p2p)
     except ConfigError as exc:
         print(f"rank {rank}: error: {exc}", file=sys.stderr)
         dist.destroy_process_group()
@@ -148,8 +157,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
         os._exit(1)
     if rank == 0:
+        if profile:
+            write_profile(out, profile)  # before summary.json, which marks a run directory complete
         write_outputs(result, program, out)
         print(format_summary(result.summary))
-        print(f"wrote {out}/ (timeline.csv, memory.csv, program.json, summary.json)")
+        print(f"wrote {out}/ (timeline.csv, memory.csv, program.json, summary.json{', profile.json' if profile else ''})")
     dist.destroy_process_group()
     return 1 if result.passed is False else 0

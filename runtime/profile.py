@@ -1,0 +1,203 @@
+"""Profiles a run can add to its directory (profile.json), for calibrating the simulator.
+
+- ``layers`` (``--profile-layers``): every rank, at the same time (so the two cores are as
+  busy as during the steps), runs the executor's own `Stage` on one microbatch for each
+  stage *role* (``first``: holds the model's prologue and gets no input gradient;
+  ``middle``; ``last``: holds the epilogue and the loss; ``only``: both, for one stage)
+  and each layer count in `LAYER_COUNTS`. Per (role, layer count) it records the
+  durations of F and B (and of F, I and W with split backward, when the run used it) in
+  seconds, the activation bytes F leaves saved and, with split backward, the bytes
+  still held from I until W. These time stage calls exactly as
+  the executor's timeline does, so fixed per-action costs (Python dispatch, hooks, the
+  autograd engine's start) are in them; sim.calibration separates them from the
+  per-layer cost by regression over the layer counts.
+- ``p2p`` (``--profile-p2p``): ranks 0 and 1 ping-pong tensors of `P2P_SIZES` bytes (and
+  the run's boundary size) on the run's process group; one-way time = round trip / 2,
+  measured on rank 0's clock alone (no cross-rank clock alignment involved).
+
+Only rank 0 returns the gathered records; `write_profile` stores them next to the run's
+summary.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .memory import SavedTensorMeter
+from .models import PipelineModel
+from .stage import Stage
+
+PROFILE = "profile.json"
+LAYER_COUNTS = (1, 2, 4)
+P2P_SIZES = (4, 65536, 1 << 20, 4 << 20)  # bytes
+P2P_TAG = 1 << 30  # far above the run's transfer tags
+
+
+def collect(program, model: PipelineModel, device: torch.device, layers: bool, p2p: bool) -> dict[str, Any] | None:
+    """The profiles asked for, at the run's microbatch size; collective, rank 0 gets them."""
+    from schedules import Kind
+
+    from .models import microbatch_sizes
+
+    schedule = program.schedule
+    rows = microbatch_sizes(model.batch_size, schedule.microbatches)[0]
+    split = any(a.kind is Kind.I for stream in program.streams for a in stream)
+    out: dict[str, Any] = {}
+    if layers:
+        out["layers"] = profile_layers(model, rows, device, split, schedule.num_stages)
+    if p2p:
+        boundary = _boundary_input(model, model.inputs[:rows].to(device))
+        out["p2p"] = profile_p2p(boundary.numel() * boundary.element_size(), device)
+    return out if dist.get_rank() == 0 else None
+
+
+def roles(num_stages: int) -> tuple[str, ...]:
+    """The stage roles a pipeline of `num_stages` stages has."""
+    return ("only",) if num_stages == 1 else ("first", "middle", "last")
+
+
+def profile_layers(
+    model: PipelineModel, rows: int, device: torch.device, split: bool, num_stages: int,
+    repeats: int = 5, warmup: int = 2,
+) -> dict[str, Any] | None:
+    """Time stage calls of every role and layer count on this rank; collective, rank 0 gets all."""
+    records = []
+    inputs = model.inputs[:rows].to(device)
+    targets = model.targets[:rows].to(device)
+    hidden = _boundary_input(model, inputs)
+    counts = [n for n in LAYER_COUNTS if n <= len(model.layers)]
+    for role in roles(num_stages):
+        first, last = role in ("first", "only"), role in ("last", "only")
+        for n in counts:
+            records.append(
+                _profile_stage(model, range(n), first, last, inputs if first else hidden, targets, rows,
+                               device, split, repeats, warmup)
+                | {"rank": dist.get_rank(), "role": role, "layers": n}
+            )
+    gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(records, gathered, dst=0)
+    if gathered is None:
+        return None
+    return {
+        "rows": rows,
+        "repeats": repeats,
+        "warmup": warmup,
+        "split": split,
+        "records": [r for per_rank in gathered for r in per_rank],
+    }
+
+
+def _boundary_input(model: PipelineModel, inputs: torch.Tensor) -> torch.Tensor:
+    """A tensor shaped like what crosses a stage boundary (the first layer's input)."""
+    with torch.no_grad():
+        x = inputs if model.prologue is None else model.prologue(inputs)
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    return torch.randn(x.shape, generator=generator, dtype=x.dtype).to(x.device)
+
+
+def _profile_stage(model, layers, first, last, x, targets, rows, device, split, repeats, warmup) -> dict:
+    module = model.stage_module(layers, first, last).to(device)
+    # As in the executor: parameters and the batch are not activations, a received input is.
+    meter = SavedTensorMeter([*module.parameters(), model.inputs, model.targets])
+    stage = Stage(
+        0 if first else 1, module, meter,
+        loss=model.loss if last else None,
+        targets=[targets] if last else None,
+        weights=[rows / model.batch_size] if last else None,
+        split=split,
+    )
+    kinds = ("F", "I", "W") if split else ("F", "B")
+    times: dict[str, list[float]] = {k: [] for k in kinds}
+    saved, kept = [], []
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    try:
+        for i in range(warmup + repeats):
+            keep = i >= warmup
+            before = meter.bytes
+            sync()
+            t0 = time.perf_counter_ns()
+            out = stage.forward(0, x, split)
+            sync()
+            t1 = time.perf_counter_ns()
+            saved.append(meter.bytes - before)
+            grad = None if last else torch.ones_like(out)
+            if split:
+                stage.backward_input(0, grad)
+                sync()
+                t2 = time.perf_counter_ns()
+                kept.append(meter.bytes - before)
+                stage.backward_weight(0)
+                sync()
+                t3 = time.perf_counter_ns()
+                stamps = {"F": t1 - t0, "I": t2 - t1, "W": t3 - t2}
+            else:
+                stage.backward(0, grad)
+                sync()
+                t2 = time.perf_counter_ns()
+                stamps = {"F": t1 - t0, "B": t2 - t1}
+            if keep:
+                for k, ns in stamps.items():
+                    times[k].append(ns / 1e9)
+    finally:
+        stage.zero_grad()
+        stage.close()
+    record = {**times, "activation_bytes": max(saved[warmup:])}
+    if split:
+        record["weight_bytes"] = max(kept[warmup:])  # held from I until W
+    return record
+
+
+def profile_p2p(boundary_bytes: int | None, device: torch.device, repeats: int = 20, warmup: int = 3) -> dict | None:
+    """Ping-pong between ranks 0 and 1 for each size; collective, rank 0 gets the record."""
+    rank = dist.get_rank()
+    sizes = sorted(set(P2P_SIZES) | ({boundary_bytes} if boundary_bytes else set()))
+    one_way: dict[str, list[float]] = {}
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    if rank in (0, 1):
+        peer = 1 - rank
+        for size in sizes:
+            buffer = torch.zeros(max(size // 4, 1), dtype=torch.float32, device=device)
+            samples = []
+            for i in range(warmup + repeats):
+                t0 = time.perf_counter_ns()
+                if rank == 0:
+                    dist.isend(buffer, peer, tag=P2P_TAG).wait()
+                    dist.irecv(buffer, peer, tag=P2P_TAG).wait()
+                else:
+                    dist.irecv(buffer, peer, tag=P2P_TAG).wait()
+                    dist.isend(buffer, peer, tag=P2P_TAG).wait()
+                sync()
+                if i >= warmup:
+                    samples.append((time.perf_counter_ns() - t0) / 2e9)
+            one_way[str(buffer.numel() * 4)] = samples
+    dist.barrier()
+    if rank != 0:
+        return None
+    return {"repeats": repeats, "warmup": warmup, "one_way_seconds": one_way}
+
+
+def clear_profile(out: str | Path) -> None:
+    """Remove a previous run's profile.json, so it is never read as this run's."""
+    path = Path(out) / PROFILE
+    if path.exists():
+        path.unlink()
+
+
+def write_profile(out: str | Path, profile: dict[str, Any]) -> None:
+    """Write profile.json into the run directory, atomically (a reader never sees half of it)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(dir=out, prefix=".profile.", suffix=".json")
+    with os.fdopen(handle, "w") as f:
+        json.dump(profile, f, indent=1)
+        f.write("\n")
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, out / PROFILE)
