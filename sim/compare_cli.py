@@ -9,7 +9,7 @@ import sys
 import schedules
 from schedules import ScheduleError
 
-from . import sweep
+from . import measured_cli, sweep
 from .cost_args import add_cost_arguments, costs_from_args, names, positive_int
 from .costs import CostError
 
@@ -34,19 +34,30 @@ def add_parser(subparsers) -> None:
         ),
     )
     parser.add_argument("--schedules", type=names, metavar="A,B,...", help="schedules to run (default: all)")
-    parser.add_argument("--ranks", type=positive_int, default=4, metavar="P", help="pipeline ranks p (default 4)")
-    parser.add_argument("--microbatches", type=positive_int, default=8, metavar="M", help="microbatches m (default 8)")
+    parser.add_argument("--ranks", type=positive_int, metavar="P", help="pipeline ranks p (default 4)")
+    parser.add_argument("--microbatches", type=positive_int, metavar="M", help="microbatches m (default 8)")
     parser.add_argument(
-        "--chunks", type=positive_int, default=2, metavar="V", help="stages per rank v for schedules that take it (default 2)",
+        "--chunks", type=positive_int, metavar="V", help="stages per rank v for schedules that take it (default 2)",
     )
+    measured = parser.add_argument_group(
+        "measured run", "compare a run directory of python -m runtime with the simulation of its own program",
+    )
+    measured.add_argument(
+        "--measured", metavar="RUN_DIR",
+        help="simulate the run's program and report measured vs simulated step time, makespan, start-time error, "
+        "bubble ratio and peak activation memory; costs from --costs (a cost model, or a calibration from "
+        "python -m sim calibrate), else calibrated from the run itself",
+    )
+    measured.add_argument("--overlay", metavar="FILE.png", help="with --measured: write the overlay timeline figure")
     add_cost_arguments(parser)
     output = parser.add_mutually_exclusive_group()
     output.add_argument(
         "--json", action="store_true",
-        help="print a JSON list of objects: schedule, ranks, microbatches, chunks, makespan, "
+        help="print a JSON list of objects: schedule, ranks, microbatches, chunks, makespan, step_time, "
         "time_per_microbatch, bubble_ratio, bubble_ratio_rank_span, bubble_fraction, peak_activation "
         "(max over ranks) and peak_activation_per_rank (microbatches of one rank's share), "
-        "peak_activation_bytes (max over ranks) and peak_activation_bytes_per_rank",
+        "peak_activation_bytes (max over ranks) and peak_activation_bytes_per_rank; with --measured "
+        "one object (see sim/comparison.py)",
     )
     output.add_argument("--csv", action="store_true", help="print the table as CSV")
     parser.set_defaults(func=run)
@@ -59,6 +70,13 @@ def _fail(message: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Handle `sim compare`; returns the exit code."""
+    if args.measured is not None:
+        return measured_cli.run(args, _fail)
+    if args.overlay is not None:
+        return _fail("--overlay draws a measured run: give --measured RUN_DIR")
+    args.ranks = 4 if args.ranks is None else args.ranks
+    args.microbatches = 8 if args.microbatches is None else args.microbatches
+    args.chunks = 2 if args.chunks is None else args.chunks
     try:
         costs = costs_from_args(args)
         chosen = args.schedules or schedules.available()

@@ -1,0 +1,402 @@
+"""Calibrating the simulator from one measured run, and the cost models it then predicts.
+
+A `Calibration` is fitted from a run directory (sim.measured) and resolves to a
+`CostModel` for any partition of the same model into stages, so that one run (say
+1F1B at m=8) predicts others (GPipe, interleaved, other m) without refitting.
+Fitted parameters (seconds unless noted), each from the statistic named:
+
+- **Compute per stage.** A stage's F (likewise B, I, W) costs
+  ``fixed[role] + layers x per_layer``, its role being ``first`` (stage 0: the model's
+  prologue such as an embedding, and no input gradient), ``middle``, ``last`` (the
+  epilogue, e.g. norm and LM head, and the loss) or ``only``. ``fixed[middle]`` is the
+  executor's fixed per-action cost (Python dispatch, hooks, the autograd engine's
+  start); the other roles' fixed terms add what their extra modules cost. Per-layer
+  costs cannot be told apart from fixed ones with the one layer count per role that a
+  run has, so the shape comes from the run's per-layer profile (``profile.json`` of
+  ``--profile-layers``: stage calls at 1, 2 and 4 layers): least squares over the
+  profile's medians with one slope and one intercept per role. The profile runs
+  outside the steps, so its level is then scaled to the run: ``speed_ratio`` =
+  (sum over the run's stages of their measured cost) / (the same sum predicted from
+  the profile), one ratio per kind. A stage's measured cost is the median over steps
+  of the mean duration of its actions in that step (a disturbed step moves the
+  median little; the mean within a step keeps the expected sum that a step's length
+  depends on).
+  Without a profile, the run's own per-stage costs are kept and only programs with
+  the same stages can be simulated.
+- **dispatch_overhead**: executor time between the end of a compute action and the
+  start of the next action on its rank (the loop itself), median over all of them;
+  added to every compute action.
+- **send_overhead**: rank time from a SEND's start to the rank's next action (posting
+  the send; gloo writes the payload into the socket here), median.
+- **recv_overhead**: the least time a RECV takes when its data is already there:
+  the 10th percentile of RECV rows (the no-wait cluster) plus the median time from a
+  RECV's end to the start of the compute that consumes it.
+- **p2p_latency / p2p_bandwidth**: a transfer takes ``latency + bytes / bandwidth``.
+  In-run transfer time: ``RECV end - SEND start`` over transfers whose receiver was
+  already waiting when the send started, median per direction (rank r -> r+1 and
+  back), averaged over the directions (ranks' clocks are aligned only at the step's
+  barrier; an offset adds to one direction what it takes from the other). Bandwidth
+  comes from the ping-pong of ``--profile-p2p`` (least squares of one-way time on
+  bytes) and the latency is the in-run time minus the bandwidth term; without a
+  ping-pong, bandwidth is unlimited and the latency is the in-run time.
+- **step_overhead**: measured step time (barrier to barrier, rank 0) minus the
+  step's makespan (latest end in the timeline), median over steps.
+- **Memory**: activation bytes per stage (F to B, the executor's saved-tensor meter)
+  and, with split backward, bytes kept from I to W: ``fixed[role] + layers x
+  per_layer`` from the profile's byte counts (exact), else the run's per-stage values.
+- ``boundary_bytes``: bytes one microbatch sends across a stage boundary (the run's).
+
+Predictions hold for the same model at the same microbatch size (rows per
+microbatch); `check_run` refuses others.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from statistics import median
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .costs import CostError, CostModel
+from .measured import MeasuredRun
+
+FORMAT = "bubblescope-calibration"
+VERSION = 1
+KINDS = ("F", "B", "I", "W")
+ROLES = ("first", "middle", "last", "only")
+RECV_QUANTILE = 0.10
+
+
+def role_of(stage: int, num_stages: int) -> str:
+    """The role of `stage` in a pipeline of `num_stages` stages."""
+    if num_stages == 1:
+        return "only"
+    return "first" if stage == 0 else "last" if stage == num_stages - 1 else "middle"
+
+
+def balanced_layers(num_layers: int, num_stages: int) -> tuple[tuple[int, int], ...]:
+    """Layer ranges per stage as the executor cuts them by default (runtime.models.partition:
+    floor(L/S) layers each, the first L mod S stages one more)."""
+    if num_layers < num_stages:
+        raise CostError(f"the model has {num_layers} layers, fewer than the program's {num_stages} stages")
+    base, extra = divmod(num_layers, num_stages)
+    bounds = [0]
+    for s in range(num_stages):
+        bounds.append(bounds[-1] + base + (1 if s < extra else 0))
+    return tuple((bounds[s], bounds[s + 1]) for s in range(num_stages))
+
+
+@dataclass(frozen=True)
+class LinearCost:
+    """A per-stage quantity: ``fixed[role] + layers x per_layer`` (seconds, or bytes)."""
+
+    per_layer: float
+    fixed: Mapping[str, float]
+
+    def at(self, role: str, layers: int) -> float:
+        if role not in self.fixed:
+            raise CostError(f"the calibration has no fit for {role} stages (its profile lacks them)")
+        return self.fixed[role] + layers * self.per_layer
+
+    def scaled(self, factor: float) -> "LinearCost":
+        return LinearCost(self.per_layer * factor, {r: v * factor for r, v in self.fixed.items()})
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What one run says about the machine and the model (fields: module docstring)."""
+
+    source: Mapping[str, Any]
+    model: Mapping[str, Any]
+    rows: int
+    num_layers: int
+    boundary_bytes: int
+    stages: tuple[Mapping[str, Any], ...]  # the run's own stages: layers, role, measured costs and bytes
+    compute: Mapping[str, LinearCost] | None  # kind -> fit (None without a profile)
+    activation: LinearCost | None
+    weight_memory: LinearCost | None
+    speed_ratio: Mapping[str, float]
+    dispatch_overhead: float
+    send_overhead: float
+    recv_overhead: float
+    step_overhead: float
+    p2p_latency: float
+    p2p_bandwidth: float = math.inf
+    diagnostics: Mapping[str, Any] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ prediction
+    def cost_model(self, num_stages: int, stage_layers: Sequence[tuple[int, int]] | None = None) -> CostModel:
+        """The cost model of a program with `num_stages` stages holding `stage_layers`
+        (default: the executor's balanced cut of the model's layers)."""
+        layers = tuple(tuple(x) for x in stage_layers) if stage_layers is not None else balanced_layers(
+            self.num_layers, num_stages)
+        if len(layers) != num_stages:
+            raise CostError(f"{len(layers)} layer ranges given for {num_stages} stages")
+        counts = [b - a for a, b in layers]
+        roles = [role_of(s, num_stages) for s in range(num_stages)]
+        if self.compute is None:
+            own = tuple(tuple(s["layers"]) for s in self.stages)
+            if layers != own:
+                raise CostError(
+                    "this calibration has no per-layer profile (calibrate a run made with --profile-layers), "
+                    f"so it only fits programs with the calibration run's stages {list(own)}"
+                )
+            times = {k: [s[k] for s in self.stages] for k in KINDS if all(k in s for s in self.stages)}
+            memory = [s["activation_bytes"] for s in self.stages]
+            kept = [s["weight_bytes"] for s in self.stages] if all("weight_bytes" in s for s in self.stages) else None
+        else:
+            times = {k: [fit.at(r, n) for r, n in zip(roles, counts)] for k, fit in self.compute.items()}
+            memory = [self.activation.at(r, n) for r, n in zip(roles, counts)]
+            kept = None if self.weight_memory is None else [self.weight_memory.at(r, n) for r, n in zip(roles, counts)]
+        times = {k: [max(t, 0.0) + self.dispatch_overhead for t in v] for k, v in times.items()}
+        backward = {}
+        if "B" in times:
+            backward["backward_full"] = times["B"]
+        if "I" in times:
+            backward["backward_input"] = times["I"]
+            backward["backward_weight"] = times.get("W", [0.0] * num_stages)
+        if not backward:
+            raise CostError("the calibration has no backward costs (its run had neither B nor I actions)")
+        return CostModel(
+            forward=times["F"],
+            **backward,
+            p2p_latency=self.p2p_latency,
+            p2p_bandwidth=self.p2p_bandwidth,
+            p2p_activation_bytes=self.boundary_bytes,
+            activation_memory=[max(round(x), 0) for x in memory],
+            weight_memory=None if kept is None else [min(max(round(k), 0), max(round(m), 0)) for k, m in zip(kept, memory)],
+            send_overhead=self.send_overhead,
+            recv_overhead=self.recv_overhead,
+            step_overhead=self.step_overhead,
+        )
+
+    def cost_model_for_run(self, run: MeasuredRun) -> CostModel:
+        """The cost model of `run`'s program and layer ranges (after `check_run`)."""
+        self.check_run(run)
+        return self.cost_model(run.program.schedule.num_stages, run.stage_layers)
+
+    def check_run(self, run: MeasuredRun) -> None:
+        """Raise CostError unless `run` has this calibration's model and microbatch size."""
+        theirs = {k: v for k, v in run.model.items() if k != "batch_size"}
+        if theirs != dict(self.model):
+            raise CostError(f"{run.path} runs model {theirs}, but the calibration is for {dict(self.model)}")
+        if run.rows != self.rows:
+            raise CostError(
+                f"{run.path} has {run.rows} samples per microbatch, but the calibration was measured at {self.rows} "
+                "(costs are per microbatch: keep the microbatch size and vary the batch size with m)"
+            )
+
+    # ------------------------------------------------------------------------ JSON
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["p2p_bandwidth"] = None if math.isinf(self.p2p_bandwidth) else self.p2p_bandwidth
+        return {"format": FORMAT, "version": VERSION, **data}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "calibration") -> "Calibration":
+        if not is_calibration(data):
+            raise CostError(f"{where} is not a calibration (no \"format\": \"{FORMAT}\")")
+        if data.get("version") != VERSION:
+            raise CostError(f"{where} has calibration version {data.get('version')!r}; this reads version {VERSION}")
+        values = {k: v for k, v in data.items() if k not in ("format", "version")}
+        try:
+            if values.get("p2p_bandwidth") is None:
+                values["p2p_bandwidth"] = math.inf
+            values["stages"] = tuple(values["stages"])
+            if values.get("compute") is not None:
+                values["compute"] = {k: LinearCost(**v) for k, v in values["compute"].items()}
+            for key in ("activation", "weight_memory"):
+                if values.get(key) is not None:
+                    values[key] = LinearCost(**values[key])
+            return cls(**values)
+        except (TypeError, KeyError, AttributeError) as exc:
+            raise CostError(f"{where} is malformed: {exc}") from None
+
+    def to_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+
+def is_calibration(data: Any) -> bool:
+    return isinstance(data, Mapping) and data.get("format") == FORMAT
+
+
+def load_costs(path: str | Path) -> CostModel | Calibration:
+    """A cost model file or a calibration file (told apart by the calibration's format key)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise CostError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CostError(f"{path} is not valid JSON: {exc}") from None
+    if is_calibration(data):
+        return Calibration.from_dict(data, str(path))
+    return CostModel.from_dict(data)
+
+
+# ---------------------------------------------------------------------------- fitting
+def calibrate(run: MeasuredRun) -> Calibration:
+    """Fit every parameter of the module docstring from `run` (and its profile.json)."""
+    schedule = run.program.schedule
+    n = schedule.num_stages
+    timeline = run.timeline
+    measured = stage_costs(timeline, n)
+    kinds = [k for k in KINDS if k in measured]
+    stages = []
+    for s, (a, b) in enumerate(run.stage_layers):
+        entry = run.summary["stage_costs"][s]
+        stage = {"stage": s, "role": role_of(s, n), "layers": [a, b]}
+        stage.update({k: measured[k][s] for k in kinds})
+        stage["activation_bytes"] = int(entry.get("activation_bytes") or 0)
+        if entry.get("weight_grad_bytes") is not None:
+            stage["weight_bytes"] = int(entry["weight_grad_bytes"])
+        stages.append(stage)
+    layers_profile = (run.profile or {}).get("layers")
+    compute = activation = weight_memory = None
+    ratio: dict[str, float] = {}
+    diagnostics: dict[str, Any] = {}
+    if layers_profile is not None:
+        if int(layers_profile["rows"]) != run.rows:
+            raise CostError(f"{run.path}: profile.json was taken at {layers_profile['rows']} rows per microbatch, "
+                            f"the run at {run.rows}")
+        records = layers_profile["records"]
+        compute = {}
+        for kind in kinds:
+            fit, residual = fit_linear([(r["role"], r["layers"], median(r[kind])) for r in records if kind in r])
+            predicted = sum(fit.at(st["role"], st["layers"][1] - st["layers"][0]) for st in stages)
+            ratio[kind] = sum(st[kind] for st in stages) / predicted if predicted > 0 else 1.0
+            compute[kind] = fit.scaled(ratio[kind])
+            diagnostics[f"profile_fit_rms_{kind}"] = residual
+            diagnostics[f"stage_error_{kind}"] = [
+                compute[kind].at(st["role"], st["layers"][1] - st["layers"][0]) / st[kind] - 1 for st in stages
+            ]
+        activation, _ = fit_linear([(r["role"], r["layers"], r["activation_bytes"]) for r in records])
+        if all("weight_bytes" in r for r in records):
+            weight_memory, _ = fit_linear([(r["role"], r["layers"], r["weight_bytes"]) for r in records])
+    gaps = rank_gaps(timeline)
+    dispatch = _median(gaps.loc[gaps["kind"].isin(KINDS), "gap"])
+    send = _median(gaps.loc[gaps["kind"].str.startswith("SEND"), "gap"])
+    recvs = timeline[timeline["kind"].str.startswith("RECV")]
+    recv = 0.0
+    if len(recvs):
+        recv = float(np.quantile(recvs["end"] - recvs["start"], RECV_QUANTILE))
+        recv += _median(gaps.loc[gaps["kind"].str.startswith("RECV"), "gap"])
+    in_run = transfer_time(run)
+    latency, bandwidth = (in_run if in_run is not None else 0.0), math.inf
+    p2p_profile = (run.profile or {}).get("p2p")
+    if p2p_profile is not None:
+        base, bandwidth = fit_bandwidth(p2p_profile["one_way_seconds"])
+        diagnostics["pingpong_latency"] = base
+        boundary = run.boundary_bytes[0] if run.boundary_bytes else 0
+        latency = max(in_run - boundary / bandwidth, 0.0) if in_run is not None else base
+    diagnostics["in_run_transfer_seconds"] = in_run
+    metrics = run.step_metrics()
+    step_overhead = max(float((metrics["step_time"] - metrics["makespan"]).median()), 0.0)
+    boundaries = run.boundary_bytes
+    return Calibration(
+        source={
+            "run": str(run.path), "schedule": schedule.name, "ranks": schedule.ranks,
+            "microbatches": schedule.microbatches, "chunks": schedule.chunks, "steps": len(run.steps),
+            "step_time_median": run.step_time_median,
+        },
+        model={k: v for k, v in run.model.items() if k != "batch_size"},
+        rows=run.rows,
+        num_layers=int(run.model.get("layers", run.stage_layers[-1][1])),
+        boundary_bytes=max(boundaries) if boundaries else 0,
+        stages=tuple(stages),
+        compute=compute,
+        activation=activation,
+        weight_memory=weight_memory,
+        speed_ratio=ratio,
+        dispatch_overhead=dispatch,
+        send_overhead=send,
+        recv_overhead=recv,
+        step_overhead=step_overhead,
+        p2p_latency=latency,
+        p2p_bandwidth=bandwidth,
+        diagnostics=diagnostics,
+    )
+
+
+def stage_costs(timeline: pd.DataFrame, num_stages: int) -> dict[str, list[float]]:
+    """Per compute kind present, per stage: median over steps of the step's mean duration."""
+    compute = timeline[timeline["kind"].isin(KINDS)]
+    per_step = (compute["end"] - compute["start"]).groupby(
+        [compute["kind"], compute["stage"], compute["step"]]).mean()
+    typical = per_step.groupby(level=[0, 1]).median()
+    out = {}
+    for kind in KINDS:
+        if kind in typical.index.get_level_values(0):
+            values = typical[kind]
+            out[kind] = [float(values.get(s, 0.0)) for s in range(num_stages)]
+    return out
+
+
+def rank_gaps(timeline: pd.DataFrame) -> pd.DataFrame:
+    """Per action (but the last of its rank and step): kind, and the time from its end (a
+    SEND's start: its row ends at delivery) to the start of the next action on its rank."""
+    t = timeline.sort_values(["step", "rank", "start"], kind="stable")
+    own_end = t["end"].where(~t["kind"].str.startswith("SEND"), t["start"])
+    next_start = t.groupby(["step", "rank"])["start"].shift(-1)
+    gaps = pd.DataFrame({"kind": t["kind"], "gap": next_start - own_end}).dropna()
+    return gaps
+
+
+def transfer_time(run: MeasuredRun) -> float | None:
+    """In-run transfer time (module docstring), or None if no receiver ever waited."""
+    per_direction: dict[bool, list[float]] = {True: [], False: []}
+    for _, rows in run.step_frames():
+        sends = rows[rows["kind"].str.startswith("SEND")]
+        send_at = dict(zip(sends["action"], sends["start"]))
+        send_rank = dict(zip(sends["action"], sends["rank"]))
+        recvs = rows[rows["kind"].str.startswith("RECV")]
+        for action, rank, start, end in zip(recvs["action"], recvs["rank"], recvs["start"], recvs["end"]):
+            sender = _matching_send(action)
+            if sender not in send_at or start > send_at[sender]:
+                continue
+            per_direction[send_rank[sender] < rank].append(end - send_at[sender])
+    medians = [median(v) for v in per_direction.values() if v]
+    return float(np.mean(medians)) if medians else None
+
+
+def _matching_send(recv_text: str) -> str:
+    from schedules import Action
+
+    return str(Action.parse(recv_text).matching())
+
+
+def fit_linear(points: Sequence[tuple[str, int, float]]) -> tuple[LinearCost, float]:
+    """Least squares of value = fixed[role] + layers x per_layer; returns the fit and its RMS residual."""
+    roles = sorted({r for r, _, _ in points}, key=ROLES.index)
+    if len({n for _, n, _ in points}) < 2:
+        raise CostError("the profile needs stage calls at two or more layer counts to separate fixed from per-layer costs")
+    a = np.zeros((len(points), len(roles) + 1))
+    y = np.zeros(len(points))
+    for i, (role, n, value) in enumerate(points):
+        a[i, roles.index(role)] = 1.0
+        a[i, -1] = n
+        y[i] = value
+    coef, *_ = np.linalg.lstsq(a, y, rcond=None)
+    residual = float(np.sqrt(np.mean((a @ coef - y) ** 2)))
+    return LinearCost(float(coef[-1]), {r: float(coef[i]) for i, r in enumerate(roles)}), residual
+
+
+def fit_bandwidth(one_way: Mapping[str, Sequence[float]]) -> tuple[float, float]:
+    """(latency, bandwidth) from ping-pong one-way times per byte size: least squares on medians."""
+    sizes = sorted(int(k) for k in one_way)
+    if len(sizes) < 2:
+        raise CostError("the ping-pong needs two or more sizes to separate latency from bandwidth")
+    x = np.array(sizes, dtype=float)
+    y = np.array([median(one_way[str(k)]) for k in sizes])
+    slope, intercept = np.polyfit(x, y, 1)
+    if slope <= 0:
+        return max(float(np.min(y)), 0.0), math.inf
+    return max(float(intercept), 0.0), float(1.0 / slope)
+
+
+def _median(values: pd.Series) -> float:
+    return float(values.median()) if len(values) else 0.0

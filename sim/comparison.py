@@ -1,0 +1,93 @@
+"""Simulated vs measured: a run's own program simulated under a cost model, set beside the run.
+
+Measured numbers are medians over the run's measured steps; the simulation is one step.
+
+- ``step_time``: measured, barrier to barrier on rank 0 (``summary.json`` step_times);
+  simulated, ``SimResult.step_time`` (makespan + step_overhead).
+- ``makespan``: the latest end of any action of a step, on both sides.
+- ``*_error``: signed relative error (simulated - measured) / measured.
+- ``start_mae``: mean over every action of every measured step of |simulated start -
+  measured start| (actions matched by rank and action text), over the measured
+  makespan. Rank clocks in a run are aligned only at the step's barrier, so part of
+  this is the ranks' clock offset, not the model.
+- ``bubble_ratio``: idle compute time / (p x makespan), as sim.result defines it.
+- ``peak_activation_bytes``: per rank; measured by the executor's saved-tensor meter
+  (max over steps), simulated from the cost model's per-stage activation bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from .costs import CostModel
+from .engine import simulate
+from .measured import MeasuredRun
+from .result import SimResult
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The numbers `python -m sim compare --measured` reports (definitions: module docstring)."""
+
+    run: str
+    schedule: str
+    ranks: int
+    microbatches: int
+    chunks: int
+    step_time_measured: float
+    step_time_simulated: float
+    step_time_error: float
+    makespan_measured: float
+    makespan_simulated: float
+    makespan_error: float
+    start_mae: float
+    bubble_ratio_measured: float
+    bubble_ratio_simulated: float
+    peak_activation_bytes_measured: list[int]
+    peak_activation_bytes_simulated: list[int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def compare_run(run: MeasuredRun, costs: CostModel) -> tuple[Comparison, SimResult]:
+    """Simulate `run`'s program under `costs` and compare (CostError if they do not fit)."""
+    result = simulate(run.program, costs)
+    metrics = run.step_metrics()
+    makespan = float(metrics["makespan"].median())
+    step_time = run.step_time_median
+    schedule = run.program.schedule
+    comparison = Comparison(
+        run=str(run.path),
+        schedule=schedule.name,
+        ranks=schedule.ranks,
+        microbatches=schedule.microbatches,
+        chunks=schedule.chunks,
+        step_time_measured=step_time,
+        step_time_simulated=result.step_time,
+        step_time_error=_relative(result.step_time, step_time),
+        makespan_measured=makespan,
+        makespan_simulated=result.makespan,
+        makespan_error=_relative(result.makespan, makespan),
+        start_mae=start_mae(run, result) / makespan if makespan > 0 else 0.0,
+        bubble_ratio_measured=float(metrics["bubble_ratio"].median()),
+        bubble_ratio_simulated=result.bubble_ratio,
+        peak_activation_bytes_measured=[int(b) for b in run.summary["peak_activation_bytes"]],
+        peak_activation_bytes_simulated=result.peak_activation_bytes,
+    )
+    return comparison, result
+
+
+def start_mae(run: MeasuredRun, result: SimResult) -> float:
+    """Mean |simulated - measured| start over every action of every measured step, seconds."""
+    simulated = result.timeline.set_index(["rank", "action"])["start"]
+    measured = run.timeline.set_index(["rank", "action"])["start"]
+    paired = simulated.reindex(measured.index).to_numpy()
+    return float(np.mean(np.abs(paired - measured.to_numpy())))
+
+
+def _relative(simulated: float, measured: float) -> float:
+    return (simulated - measured) / measured if measured else float("nan")

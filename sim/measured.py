@@ -1,0 +1,211 @@
+"""A measured run directory, read whole and checked, for calibration and comparison.
+
+What ``python -m runtime`` writes (runtime/record.py): ``timeline.csv`` and
+``memory.csv`` (schema of schedules.timeline, one block of rows per measured step),
+``program.json`` (the lowered program that ran), ``summary.json`` (sizes, model flags,
+``step_times`` barrier to barrier, ``stage_costs`` with each stage's layer range,
+``peak_activation_bytes`` per rank, ...) and, with ``--profile-layers`` or
+``--profile-p2p``, ``profile.json`` (runtime/profile.py).
+
+`read_measured` checks that these agree: every measured step holds every action of
+the program once, in stream order on its rank, with finite times; the summary's sizes
+are the program's. A truncated or malformed directory is a ScheduleError with one line
+naming the file and what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from schedules import Program, ScheduleError
+
+from .plot_data import COMPUTE_KINDS
+from .plot_run import read_run, run_program
+
+PROFILE = "profile.json"
+
+
+@dataclass(frozen=True, eq=False)
+class MeasuredRun:
+    """A checked run directory: its program, tables, summary and optional profile."""
+
+    path: Path
+    program: Program
+    timeline: pd.DataFrame = field(repr=False)
+    memory: pd.DataFrame = field(repr=False)
+    summary: dict[str, Any] = field(repr=False)
+    profile: dict[str, Any] | None = field(repr=False, default=None)
+
+    @property
+    def steps(self) -> list[int]:
+        return sorted(int(s) for s in self.timeline["step"].unique())
+
+    @property
+    def step_times(self) -> list[float]:
+        """Barrier-to-barrier wall time of each measured step (rank 0's clock)."""
+        return [float(t) for t in self.summary["step_times"]]
+
+    @property
+    def step_time_median(self) -> float:
+        return float(np.median(self.step_times))
+
+    @property
+    def stage_layers(self) -> tuple[tuple[int, int], ...]:
+        """Per stage, its [first, last + 1) layer range."""
+        return tuple((int(s["layers"][0]), int(s["layers"][1])) for s in self.summary["stage_costs"])
+
+    @property
+    def rows(self) -> int:
+        """Samples in the largest microbatch (the first: torch.tensor_split order)."""
+        return int(max(self.summary["microbatch_sizes"]))
+
+    @property
+    def model(self) -> dict[str, Any]:
+        return dict(self.summary["model"])
+
+    @property
+    def boundary_bytes(self) -> list[int]:
+        """Bytes one microbatch sends across each stage boundary s|s+1."""
+        return [int(s["output_bytes_per_microbatch"]) for s in self.summary["stage_costs"][:-1]]
+
+    def step_frames(self):
+        """(step, that step's timeline rows) in step order."""
+        return ((int(step), rows) for step, rows in self.timeline.groupby("step", sort=True))
+
+    def step_metrics(self) -> pd.DataFrame:
+        """Per measured step: makespan (latest end), busy compute per rank summed, bubble ratio."""
+        p = self.program.schedule.ranks
+        records = []
+        for step, rows in self.step_frames():
+            makespan = float(rows["end"].max())
+            compute = rows[rows["kind"].isin(COMPUTE_KINDS)]
+            busy = float((compute["end"] - compute["start"]).sum())
+            records.append({
+                "step": step,
+                "makespan": makespan,
+                "step_time": self.step_times[step],
+                "bubble_ratio": 1.0 - busy / (p * makespan) if makespan > 0 else 0.0,
+            })
+        return pd.DataFrame.from_records(records)
+
+
+def read_measured(path) -> MeasuredRun:
+    """Read and check a run directory; raises ScheduleError (one line) if anything is off."""
+    run = read_run(path)
+    root = run.path
+    program = run_program(run)
+    summary = run.summary
+    _check_summary(summary, program, root / "summary.json")
+    _check_timeline(run.timeline, program, len(summary["step_times"]), root / "timeline.csv")
+    return MeasuredRun(root, program, run.timeline, run.memory, summary, _read_profile(root / PROFILE))
+
+
+def _check_summary(summary: dict, program: Program, where: Path) -> None:
+    schedule = program.schedule
+    required = ("schedule", "ranks", "microbatches", "chunks", "step_times", "stage_costs", "microbatch_sizes",
+                "model", "peak_activation_bytes")
+    missing = [k for k in required if k not in summary]
+    if missing:
+        raise ScheduleError(f"{where} lacks {', '.join(missing)} (not written by python -m runtime, or truncated)")
+    for key, value in (("ranks", schedule.ranks), ("microbatches", schedule.microbatches), ("chunks", schedule.chunks)):
+        if summary[key] != value:
+            raise ScheduleError(f"{where} says {key}={summary[key]!r} but program.json has {value}")
+    times = summary["step_times"]
+    if not isinstance(times, list) or not times or not all(_finite(t) and t > 0 for t in times):
+        raise ScheduleError(f"{where}: step_times must be a non-empty list of positive seconds")
+    stages = summary["stage_costs"]
+    if not isinstance(stages, list) or len(stages) != schedule.num_stages:
+        raise ScheduleError(f"{where}: stage_costs must list the program's {schedule.num_stages} stages")
+    for s, entry in enumerate(stages):
+        layers = entry.get("layers") if isinstance(entry, dict) else None
+        if not (isinstance(layers, list) and len(layers) == 2 and all(isinstance(x, int) for x in layers)
+                and 0 <= layers[0] < layers[1]):
+            raise ScheduleError(f"{where}: stage_costs[{s}] has no valid layer range [first, last + 1)")
+        if s + 1 < len(stages) and not isinstance(entry.get("output_bytes_per_microbatch"), int):
+            raise ScheduleError(f"{where}: stage_costs[{s}] lacks output_bytes_per_microbatch")
+    sizes = summary["microbatch_sizes"]
+    if not (isinstance(sizes, list) and len(sizes) == schedule.microbatches and all(isinstance(x, int) and x > 0 for x in sizes)):
+        raise ScheduleError(f"{where}: microbatch_sizes must list {schedule.microbatches} positive sizes")
+    peaks = summary["peak_activation_bytes"]
+    if not (isinstance(peaks, list) and len(peaks) == schedule.ranks and all(isinstance(x, int) for x in peaks)):
+        raise ScheduleError(f"{where}: peak_activation_bytes must list {schedule.ranks} byte counts, one per rank")
+    if not isinstance(summary["model"], dict):
+        raise ScheduleError(f"{where}: model must be an object of model flags")
+
+
+def _check_timeline(timeline: pd.DataFrame, program: Program, steps: int, where: Path) -> None:
+    if not np.isfinite(timeline[["start", "end"]].to_numpy()).all():
+        raise ScheduleError(f"{where} has a start or end that is not a finite number")
+    if (timeline["end"] < timeline["start"]).any():
+        row = timeline[timeline["end"] < timeline["start"]].iloc[0]
+        raise ScheduleError(f"{where}: {row['action']} of step {row['step']} ends before it starts")
+    found = sorted(int(s) for s in timeline["step"].unique())
+    if found != list(range(steps)):
+        raise ScheduleError(
+            f"{where} holds steps {_span(found)} but summary.json recorded {steps} (0..{steps - 1}): truncated?"
+        )
+    expected = [[str(a) for a in stream] for stream in program.streams]
+    for (step, rank), rows in timeline.groupby(["step", "rank"], sort=True):
+        if not 0 <= rank < len(expected):
+            raise ScheduleError(f"{where}: step {step} has rows of rank {rank}, but the program has {len(expected)} ranks")
+        got = list(rows["action"])
+        if got != expected[rank]:
+            if len(got) < len(expected[rank]) and got == expected[rank][: len(got)]:
+                reason = f"has {len(got)} of its {len(expected[rank])} actions (truncated)"
+            else:
+                first = next((i for i, (a, b) in enumerate(zip(got, expected[rank])) if a != b), min(len(got), len(expected[rank])))
+                reason = f"differs from program.json at action {first}"
+            raise ScheduleError(f"{where}: rank {rank} in step {step} {reason}")
+    per_step = timeline.groupby("step")["rank"].nunique()
+    short = per_step[per_step != len(expected)]
+    if len(short):
+        raise ScheduleError(f"{where}: step {int(short.index[0])} has rows of {int(short.iloc[0])} of {len(expected)} ranks")
+
+
+def _read_profile(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ScheduleError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict) or not set(data) <= {"layers", "p2p"}:
+        raise ScheduleError(f"{path} is not a profile (expected an object with 'layers' and/or 'p2p')")
+    layers = data.get("layers")
+    if layers is not None:
+        records = layers.get("records") if isinstance(layers, dict) else None
+        if not isinstance(records, list) or not records:
+            raise ScheduleError(f"{path}: layers.records must be a non-empty list")
+        for i, r in enumerate(records):
+            ok = (isinstance(r, dict) and r.get("role") in ("first", "middle", "last", "only")
+                  and isinstance(r.get("layers"), int) and r["layers"] > 0 and isinstance(r.get("activation_bytes"), int)
+                  and "F" in r and all(_samples(r[k]) for k in ("F", "B", "I", "W") if k in r))
+            if not ok:
+                raise ScheduleError(f"{path}: layers.records[{i}] is malformed")
+    p2p = data.get("p2p")
+    if p2p is not None:
+        one_way = p2p.get("one_way_seconds") if isinstance(p2p, dict) else None
+        if not (isinstance(one_way, dict) and one_way and all(k.isdigit() and _samples(v) for k, v in one_way.items())):
+            raise ScheduleError(f"{path}: p2p.one_way_seconds must map byte sizes to lists of seconds")
+    return data
+
+
+def _samples(value) -> bool:
+    return isinstance(value, list) and bool(value) and all(_finite(x) and x >= 0 for x in value)
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _span(values: list[int]) -> str:
+    if not values:
+        return "none"
+    return f"{values[0]}..{values[-1]}" if values == list(range(values[0], values[-1] + 1)) else ", ".join(map(str, values))
