@@ -11,7 +11,7 @@
   the executor's timeline does, so fixed per-action costs (Python dispatch, hooks, the
   autograd engine's start) are in them; sim.calibration separates them from the
   per-layer cost by regression over the layer counts.
-- ``p2p`` (``--profile-p2p``): ranks 0 and 1 ping-pong tensors of `P2P_SIZES` bytes (and
+- ``p2p`` (``--profile-p2p``, two ranks or more): ranks 0 and 1 ping-pong tensors of `P2P_SIZES` bytes (and
   the run's boundary size) on the run's process group; one-way time = round trip / 2,
   measured on rank 0's clock alone (no cross-rank clock alignment involved).
 
@@ -53,7 +53,7 @@ def collect(program, model: PipelineModel, device: torch.device, layers: bool, p
     out: dict[str, Any] = {}
     if layers:
         out["layers"] = profile_layers(model, rows, device, split, schedule.num_stages)
-    if p2p:
+    if p2p and dist.get_world_size() > 1:  # one rank has no peer to ping-pong with
         boundary = _boundary_input(model, model.inputs[:rows].to(device))
         out["p2p"] = profile_p2p(boundary.numel() * boundary.element_size(), device)
     return out if dist.get_rank() == 0 else None
