@@ -39,8 +39,9 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   comes from the ping-pong of ``--profile-p2p`` (least squares of one-way time on
   bytes) and the latency is the in-run time minus the bandwidth term; without a
   ping-pong, bandwidth is unlimited and the latency is the in-run time.
-- **step_overhead**: measured step time (barrier to barrier, rank 0) minus the
-  step's makespan (latest end in the timeline), median over steps.
+- **step_overhead**: measured step time (barrier to barrier, rank 0) minus the end
+  of the step's streams (the latest row end, a compute row's taken `dispatch_overhead`
+  later as the simulator's row includes that gap), median over steps.
 - **Memory**: activation bytes per stage (F to B, the executor's saved-tensor meter)
   and, with split backward, bytes kept from I to W: ``fixed[role] + layers x
   per_layer`` from the profile's byte counts (exact), else the run's per-stage values.
@@ -294,8 +295,7 @@ def calibrate(run: MeasuredRun) -> Calibration:
         boundary = run.boundary_bytes[0] if run.boundary_bytes else 0
         latency = max(in_run - boundary / bandwidth, 0.0) if in_run is not None else base
     diagnostics["in_run_transfer_seconds"] = in_run
-    metrics = run.step_metrics()
-    step_overhead = max(float((metrics["step_time"] - metrics["makespan"]).median()), 0.0)
+    step_overhead = max(float(np.median([t - e for t, e in zip(run.step_times, stream_ends(timeline, dispatch))])), 0.0)
     boundaries = run.boundary_bytes
     return Calibration(
         source={
@@ -334,6 +334,13 @@ def stage_costs(timeline: pd.DataFrame, num_stages: int) -> dict[str, list[float
             values = typical[kind]
             out[kind] = [float(values.get(s, 0.0)) for s in range(num_stages)]
     return out
+
+
+def stream_ends(timeline: pd.DataFrame, dispatch: float) -> list[float]:
+    """Per step, when the last rank finished its stream as the simulator counts it: the latest
+    row end, where a compute row ends `dispatch` later (the simulated row holds the gap)."""
+    ends = timeline["end"] + np.where(timeline["kind"].isin(KINDS), dispatch, 0.0)
+    return [float(x) for x in ends.groupby(timeline["step"]).max().sort_index()]
 
 
 def rank_gaps(timeline: pd.DataFrame) -> pd.DataFrame:

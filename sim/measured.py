@@ -104,7 +104,7 @@ def read_measured(path) -> MeasuredRun:
     summary = run.summary
     _check_summary(summary, program, root / "summary.json")
     _check_timeline(run.timeline, program, len(summary["step_times"]), root / "timeline.csv")
-    return MeasuredRun(root, program, run.timeline, run.memory, summary, _read_profile(root / PROFILE))
+    return MeasuredRun(root, program, run.timeline, run.memory, summary, read_profile(root / PROFILE))
 
 
 def _check_summary(summary: dict, program: Program, where: Path) -> None:
@@ -169,7 +169,8 @@ def _check_timeline(timeline: pd.DataFrame, program: Program, steps: int, where:
         raise ScheduleError(f"{where}: step {int(short.index[0])} has rows of {int(short.iloc[0])} of {len(expected)} ranks")
 
 
-def _read_profile(path: Path) -> dict[str, Any] | None:
+def read_profile(path: Path) -> dict[str, Any] | None:
+    """profile.json checked for the fields calibration reads; None if there is none."""
     if not path.is_file():
         return None
     try:

@@ -1,0 +1,310 @@
+"""Calibration and simulated-vs-measured comparison on synthetic run directories.
+
+A synthetic run is what the executor would write if the machine behaved exactly like a
+known cost model: the program is simulated under that model and written out as a run
+directory (timeline.csv, memory.csv, program.json, summary.json, and for the
+calibration run a profile.json of stage calls at 1, 2 and 4 layers and a ping-pong).
+Like the executor's, its compute rows end before the loop's dispatch gap and its step
+times are barrier to barrier (the streams' end plus a fixed step overhead).
+
+Calibrating on a synthetic 1F1B run must give back every known parameter, replaying it
+must reproduce it (error 0), and the calibration must predict synthetic GPipe and
+interleaved runs of other m exactly: more, smaller stages and other roles (middle) per
+stage come from the fitted fixed + per-layer costs, not from the run's stage costs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+import schedules
+from schedules import ScheduleError
+from schedules.timeline import TIMELINE_COLUMNS
+from sim import CostError, CostModel, simulate
+from sim.calibration import Calibration, balanced_layers, calibrate, load_costs, role_of
+from sim.cli import main
+from sim.comparison import compare_run
+from sim.measured import read_measured
+
+NS = 1e-9
+LAYERS = 8
+ROWS = 16
+MODEL = {"model": "mlp", "layers": LAYERS, "hidden": 64, "seed": 0}
+BOUNDARY = 512 * 1024  # bytes per microbatch across a boundary
+# The machine: whole nanoseconds, so that every simulated time is exact.
+PER_LAYER = {"F": 2_000_000 * NS, "B": 4_100_000 * NS}
+FIXED = {
+    "F": {"first": 300_000 * NS, "middle": 100_000 * NS, "last": 700_000 * NS},
+    "B": {"first": 200_000 * NS, "middle": 150_000 * NS, "last": 900_000 * NS},
+}
+DISPATCH = 5_000 * NS  # the executor's gap after each compute action
+SEND = 200_000 * NS
+RECV = 30_000 * NS
+STEP = 500_000 * NS
+BANDWIDTH = 2_097_152_000.0  # bytes/s: 512 KiB in 250 us
+LATENCY = 150_000 * NS  # in-run: a transfer takes 400 us
+PINGPONG_LATENCY = 80_000 * NS  # the idle-machine ping-pong is faster than in-run transfers
+ACT_PER_LAYER = 4096
+ACT_FIXED = {"first": 0, "middle": 4096, "last": 6144}
+
+
+def stage_value(table, kind, role, layers):
+    return table[kind][role] + layers * PER_LAYER[kind]
+
+
+def true_costs(num_stages: int) -> CostModel:
+    """The machine's cost model for a balanced cut of the model into `num_stages` stages."""
+    roles = [role_of(s, num_stages) for s in range(num_stages)]
+    counts = [b - a for a, b in balanced_layers(LAYERS, num_stages)]
+    per = {k: [stage_value(FIXED, k, r, n) + DISPATCH for r, n in zip(roles, counts)] for k in ("F", "B")}
+    return CostModel(
+        forward=per["F"], backward_full=per["B"], p2p_latency=LATENCY, p2p_bandwidth=BANDWIDTH,
+        p2p_activation_bytes=BOUNDARY, activation_memory=[ACT_FIXED[r] + n * ACT_PER_LAYER for r, n in zip(roles, counts)],
+        send_overhead=SEND, recv_overhead=RECV, step_overhead=STEP,
+    )
+
+
+def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profile: bool = False) -> float:
+    """A synthetic run directory of `name` at p=2; returns its (true) step time."""
+    schedule = schedules.build(name, ranks=2, microbatches=m, chunks=chunks)
+    program = schedules.lower(schedule)
+    n = schedule.num_stages
+    result = simulate(program, true_costs(n))
+    path.mkdir(parents=True)
+    one = result.timeline.copy()
+    compute = one["kind"].isin(["F", "B"])
+    one.loc[compute, "end"] -= DISPATCH  # the row ends before the executor's loop gap
+    one["source"] = "measured"
+    timeline = [one.assign(step=k) for k in range(steps)]
+    import pandas as pd
+
+    pd.concat(timeline)[list(TIMELINE_COLUMNS)].to_csv(path / "timeline.csv", index=False)
+    memory = result.memory.assign(source="measured")
+    pd.concat([memory.assign(step=k) for k in range(steps)]).to_csv(path / "memory.csv", index=False)
+    schedules.save_json(program, path / "program.json")
+    step_time = result.makespan + STEP  # this program ends on a compute row; its gap is in the makespan
+    layers = balanced_layers(LAYERS, n)
+    stage_costs = []
+    for s, (a, b) in enumerate(layers):
+        stage_costs.append({
+            "stage": s, "rank": schedule.stage_to_rank[s], "chunk": schedule.chunk_of(s), "layers": [a, b],
+            "output_bytes_per_microbatch": BOUNDARY if s < n - 1 else None,
+            "activation_bytes": result.stage_costs.memory[s],
+        })
+    summary = {
+        "schedule": name, "ranks": 2, "microbatches": m, "chunks": schedule.chunks, "stages": n,
+        "model": {**MODEL, "batch_size": ROWS * m}, "batch_size": ROWS * m, "microbatch_sizes": [ROWS] * m,
+        "steps": steps, "warmup": 1, "step_times": [step_time] * steps, "step_time_median": step_time,
+        "peak_activation_bytes": result.peak_activation_bytes, "stage_costs": stage_costs,
+    }
+    (path / "summary.json").write_text(json.dumps(summary))
+    if profile:
+        records = [
+            {"rank": rank, "role": role, "layers": k,
+             **{kind: [stage_value(FIXED, kind, role, k)] * 3 for kind in ("F", "B")},
+             "activation_bytes": ACT_FIXED[role] + k * ACT_PER_LAYER}
+            for rank in (0, 1) for role in ("first", "middle", "last") for k in (1, 2, 4)
+        ]
+        sizes = (4, 65536, 1 << 20, 4 << 20)
+        p2p = {str(size): [PINGPONG_LATENCY + size / BANDWIDTH] * 5 for size in sizes}
+        (path / "profile.json").write_text(json.dumps({
+            "layers": {"rows": ROWS, "repeats": 3, "warmup": 1, "split": False, "records": records},
+            "p2p": {"repeats": 5, "warmup": 1, "one_way_seconds": p2p},
+        }))
+    return step_time
+
+
+@pytest.fixture(scope="module")
+def calibration_run(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("runs") / "1f1b-m8"
+    write_run(path, "1f1b", 8, profile=True)
+    return path
+
+
+def test_calibration_recovers_every_parameter(calibration_run):
+    c = calibrate(read_measured(calibration_run))
+    for kind in ("F", "B"):
+        assert c.speed_ratio[kind] == pytest.approx(1.0, rel=1e-12)
+        assert c.compute[kind].per_layer == pytest.approx(PER_LAYER[kind], rel=1e-9)
+        for role, value in FIXED[kind].items():
+            assert c.compute[kind].fixed[role] == pytest.approx(value, rel=1e-6, abs=1e-12)
+    assert c.dispatch_overhead == pytest.approx(DISPATCH, abs=1e-12)
+    assert c.send_overhead == pytest.approx(SEND, abs=1e-12)
+    assert c.recv_overhead == pytest.approx(RECV, abs=1e-12)
+    assert c.step_overhead == pytest.approx(STEP, abs=1e-12)
+    assert c.p2p_bandwidth == pytest.approx(BANDWIDTH, rel=1e-9)
+    assert c.p2p_latency == pytest.approx(LATENCY, abs=1e-12)
+    assert c.diagnostics["pingpong_latency"] == pytest.approx(PINGPONG_LATENCY, abs=1e-12)
+    assert c.activation.per_layer == pytest.approx(ACT_PER_LAYER)
+    assert {r: round(v) for r, v in c.activation.fixed.items()} == ACT_FIXED
+    assert (c.rows, c.num_layers, c.boundary_bytes, dict(c.model)) == (ROWS, LAYERS, BOUNDARY, MODEL)
+
+
+def test_replay_of_the_calibration_run_is_exact(calibration_run):
+    run = read_measured(calibration_run)
+    comparison, result = compare_run(run, calibrate(run).cost_model_for_run(run))
+    assert abs(comparison.step_time_error) < 1e-12
+    assert comparison.start_mae == 0.0
+    # The simulated rows hold the dispatch gap after the last compute action; measured ones end before it.
+    assert comparison.makespan_simulated - comparison.makespan_measured == pytest.approx(DISPATCH, abs=1e-12)
+    assert comparison.peak_activation_bytes_simulated == comparison.peak_activation_bytes_measured
+    # Measured rows leave out the dispatch gap of every compute action, so they are that much less busy.
+    computes = sum(a.kind.is_compute for stream in run.program.streams for a in stream)
+    busy = sum(result.busy) - computes * DISPATCH
+    assert comparison.bubble_ratio_measured == pytest.approx(1 - busy / (2 * comparison.makespan_measured), rel=1e-9)
+    assert comparison.bubble_ratio_simulated == pytest.approx(result.bubble_ratio, rel=1e-12)
+
+
+@pytest.mark.parametrize("name,m,chunks", [("gpipe", 4, None), ("1f1b", 16, None), ("interleaved", 8, 2),
+                                           ("interleaved", 4, 4)])
+def test_calibration_predicts_other_schedules_and_chunk_counts(calibration_run, tmp_path, name, m, chunks):
+    c = calibrate(read_measured(calibration_run))
+    truth = write_run(tmp_path / "held-out", name, m, chunks)
+    schedule = schedules.build(name, ranks=2, microbatches=m, chunks=chunks)
+    predicted = simulate(schedule, c.cost_model(schedule.num_stages)).step_time
+    assert predicted == pytest.approx(truth, rel=1e-12)
+    comparison, _ = compare_run(read_measured(tmp_path / "held-out"), c.cost_model_for_run(read_measured(tmp_path / "held-out")))
+    assert comparison.start_mae == 0.0
+    assert comparison.peak_activation_bytes_simulated == comparison.peak_activation_bytes_measured
+
+
+def test_calibration_json_round_trip(calibration_run, tmp_path):
+    c = calibrate(read_measured(calibration_run))
+    c.to_json(tmp_path / "costs.json")
+    again = load_costs(tmp_path / "costs.json")
+    assert isinstance(again, Calibration)
+    assert again.cost_model(4) == c.cost_model(4)
+    CostModel(forward=1.0, backward_input=2.0).to_json(tmp_path / "plain.json")
+    assert load_costs(tmp_path / "plain.json") == CostModel(forward=1.0, backward_input=2.0)
+
+
+def test_without_profile_only_the_runs_own_stages(tmp_path):
+    write_run(tmp_path / "run", "1f1b", 4)
+    run = read_measured(tmp_path / "run")
+    c = calibrate(run)
+    assert c.compute is None
+    comparison, _ = compare_run(run, c.cost_model_for_run(run))
+    assert abs(comparison.step_time_error) < 1e-12
+    with pytest.raises(CostError, match="no per-layer profile"):
+        c.cost_model(4)
+
+
+def test_calibration_refuses_another_microbatch_size(calibration_run, tmp_path):
+    c = calibrate(read_measured(calibration_run))
+    write_run(tmp_path / "run", "gpipe", 4)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    summary["microbatch_sizes"] = [ROWS * 2] * 4
+    (tmp_path / "run" / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(CostError, match="samples per microbatch"):
+        c.cost_model_for_run(read_measured(tmp_path / "run"))
+
+
+# ------------------------------------------------------------------ command line
+def run_cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_calibrate_then_compare_measured_cli(calibration_run, tmp_path, capsys):
+    costs = tmp_path / "costs.json"
+    code, out, err = run_cli(capsys, "calibrate", calibration_run, "-o", costs)
+    assert code == 0, err
+    assert "per layer" in out and costs.is_file()
+    write_run(tmp_path / "held-out", "interleaved", 4, chunks=2)
+    overlay = tmp_path / "overlay.png"
+    code, out, err = run_cli(capsys, "compare", "--measured", tmp_path / "held-out", "--costs", costs, "--json",
+                             "--overlay", overlay)
+    assert code == 0, err
+    record = json.loads(out)
+    keys = {"makespan_measured", "makespan_simulated", "makespan_error", "start_mae", "bubble_ratio_measured",
+            "bubble_ratio_simulated", "peak_activation_bytes_measured", "peak_activation_bytes_simulated"}
+    assert keys <= set(record)
+    assert record["start_mae"] == 0.0 and abs(record["step_time_error"]) < 1e-12
+    assert len(record["peak_activation_bytes_measured"]) == 2
+    assert overlay.stat().st_size > 0
+    code, out, err = run_cli(capsys, "compare", "--measured", tmp_path / "held-out")
+    assert code == 0 and "calibrated from this run" in out
+
+
+def broken(tmp_path: Path, source: Path, how: str) -> Path:
+    """A copy of `source` damaged one way."""
+    path = tmp_path / how
+    shutil.copytree(source, path)
+    if how == "no-program":
+        (path / "program.json").unlink()
+    elif how == "truncated-timeline":
+        text = (path / "timeline.csv").read_text().splitlines()
+        (path / "timeline.csv").write_text("\n".join(text[: len(text) - 7]) + "\n")
+    elif how == "truncated-summary":
+        text = (path / "summary.json").read_text()
+        (path / "summary.json").write_text(text[: len(text) // 2])
+    elif how == "fewer-step-times":
+        summary = json.loads((path / "summary.json").read_text())
+        summary["step_times"] = summary["step_times"][:-1]
+        (path / "summary.json").write_text(json.dumps(summary))
+    elif how == "bad-time":
+        text = (path / "timeline.csv").read_text().splitlines()
+        cells = text[5].split(",")
+        cells[7] = "nan"
+        text[5] = ",".join(cells)
+        (path / "timeline.csv").write_text("\n".join(text) + "\n")
+    elif how == "bad-profile":
+        (path / "profile.json").write_text(json.dumps({"layers": {"rows": ROWS, "records": [{"role": "top"}]}}))
+    elif how == "no-layer-ranges":
+        summary = json.loads((path / "summary.json").read_text())
+        del summary["stage_costs"][0]["layers"]
+        (path / "summary.json").write_text(json.dumps(summary))
+    return path
+
+
+@pytest.mark.parametrize("how,message", [
+    ("missing", "does not exist"),
+    ("no-program", "lacks program.json"),
+    ("truncated-timeline", "truncated"),
+    ("truncated-summary", "not valid JSON"),
+    ("fewer-step-times", "truncated"),
+    ("bad-time", "not a finite number"),
+    ("bad-profile", "malformed"),
+    ("no-layer-ranges", "layer range"),
+])
+def test_broken_run_directories_get_one_line_errors(calibration_run, tmp_path, capsys, how, message):
+    path = tmp_path / "missing" if how == "missing" else broken(tmp_path, calibration_run, how)
+    with pytest.raises(ScheduleError, match=message):
+        read_measured(path)
+    for argv in (("calibrate", path, "-o", tmp_path / "c.json"), ("compare", "--measured", path)):
+        code, out, err = run_cli(capsys, *argv)
+        assert code == 2 and out == ""
+        assert len(err.strip().splitlines()) == 1 and message.split()[0] in err, err
+
+
+@pytest.mark.parametrize("flags,message", [
+    (("--schedules", "gpipe"), "drop --schedules"),
+    (("--forward", "1"), "drop --forward"),
+    (("--csv",), "not --csv"),
+])
+def test_compare_measured_rejects_flags_that_do_not_apply(calibration_run, capsys, flags, message):
+    code, out, err = run_cli(capsys, "compare", "--measured", calibration_run, *flags)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_compare_measured_with_a_calibration_of_another_model(calibration_run, tmp_path, capsys):
+    costs = tmp_path / "costs.json"
+    calibrate(read_measured(calibration_run)).to_json(costs)
+    data = json.loads(costs.read_text())
+    data["model"]["hidden"] = 128
+    costs.write_text(json.dumps(data))
+    code, _, err = run_cli(capsys, "compare", "--measured", calibration_run, "--costs", costs)
+    assert code == 2 and "calibration is for" in err
+
+
+def test_cost_model_overheads_are_validated():
+    for name in ("send_overhead", "recv_overhead", "step_overhead"):
+        with pytest.raises(CostError, match=name):
+            CostModel(forward=1.0, backward_input=1.0, **{name: -1.0})
+    assert not math.isnan(CostModel(forward=1.0, backward_input=1.0, step_overhead=0.5).step_overhead)

@@ -1,0 +1,93 @@
+"""The executor's profiles (runtime/profile.py) and one real run calibrated and compared end to end."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import schedules
+from runtime.models import ModelSpec, build
+from runtime.profile import LAYER_COUNTS, collect, write_profile
+from sim.measured import read_profile
+
+TORCHRUN = str(Path(sys.executable).parent / "torchrun")
+HIDDEN, BATCH, M = 16, 8, 2
+ROWS = BATCH // M
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture()
+def one_rank_group():
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_port()}", rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=60))
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("name", ["1f1b", "zb-h1"])
+def test_layer_profile_times_every_role_and_counts_activations_like_the_executor(one_rank_group, tmp_path, name):
+    model = build(ModelSpec(model="mlp", layers=4, hidden=HIDDEN, batch_size=BATCH))
+    program = schedules.lower(schedules.build(name, ranks=2, microbatches=M))
+    profile = collect(program, model, torch.device("cpu"), layers=True, p2p=True)
+    assert set(profile) == {"layers"}  # one rank: no peer to ping-pong with
+    layers = profile["layers"]
+    assert layers["rows"] == ROWS and layers["split"] == (name == "zb-h1")
+    records = layers["records"]
+    assert [(r["role"], r["layers"]) for r in records] == [
+        (role, n) for role in ("first", "middle", "last") for n in LAYER_COUNTS]
+    kinds = ("F", "I", "W") if name == "zb-h1" else ("F", "B")
+    tensor = ROWS * HIDDEN * 4  # one fp32 activation of a microbatch
+    for r in records:
+        assert all(len(r[k]) == layers["repeats"] and min(r[k]) > 0 for k in kinds)
+        # Each Linear+ReLU block saves its ReLU output (the next Linear's input, one storage);
+        # a middle or last stage also saves its received input, stage 0's input is the batch.
+        assert r["activation_bytes"] == tensor * (r["layers"] + (r["role"] != "first"))
+        if name == "zb-h1":
+            # From I to W every Linear keeps its input (stage 0's first one is the batch) and
+            # the gradient at its output.
+            assert r["weight_bytes"] == tensor * (2 * r["layers"] - (r["role"] == "first"))
+    write_profile(tmp_path, profile)
+    assert read_profile(tmp_path / "profile.json") == json.loads(json.dumps(profile))
+
+
+def test_a_real_run_calibrates_and_compares(tmp_path):
+    run = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [TORCHRUN, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(_port()),
+           "-m", "runtime", "--schedule", "1f1b", "--microbatches", str(M), "--layers", "4", "--hidden", str(HIDDEN),
+           "--batch-size", str(BATCH), "--steps", "2", "--warmup", "1", "--post-ahead", "1", "--profile-layers",
+           "--profile-p2p", "--timeout", "60", "--out", str(run)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    profile = json.loads((run / "profile.json").read_text())
+    assert set(profile) == {"layers", "p2p"}
+    assert {r["rank"] for r in profile["layers"]["records"]} == {0, 1}
+    boundary = ROWS * HIDDEN * 4
+    assert str(boundary) in profile["p2p"]["one_way_seconds"]
+    costs = tmp_path / "costs.json"
+    done = subprocess.run([sys.executable, "-m", "sim", "calibrate", str(run), "-o", str(costs)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    done = subprocess.run([sys.executable, "-m", "sim", "compare", "--measured", str(run), "--costs", str(costs),
+                           "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    record = json.loads(done.stdout)
+    # Activation bytes are exact on both sides: the profile's byte counts give the simulated stages'.
+    assert record["peak_activation_bytes_simulated"] == record["peak_activation_bytes_measured"]
+    assert record["makespan_simulated"] > 0 and record["step_time_measured"] > 0
