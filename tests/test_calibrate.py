@@ -308,3 +308,17 @@ def test_cost_model_overheads_are_validated():
         with pytest.raises(CostError, match=name):
             CostModel(forward=1.0, backward_input=1.0, **{name: -1.0})
     assert not math.isnan(CostModel(forward=1.0, backward_input=1.0, step_overhead=0.5).step_overhead)
+
+
+def test_compare_predicts_from_a_calibration_file(calibration_run, tmp_path, capsys):
+    costs = tmp_path / "costs.json"
+    calibrate(read_measured(calibration_run)).to_json(costs)
+    code, out, err = run_cli(capsys, "compare", "--costs", costs, "--schedules", "gpipe,interleaved", "--ranks", "2",
+                             "--microbatches", "4", "--json")
+    assert code == 0, err
+    by_name = {r["schedule"]: r for r in json.loads(out)}
+    for name, chunks in (("gpipe", None), ("interleaved", 2)):
+        truth = write_run(tmp_path / name, name, 4, chunks)
+        assert by_name[name]["step_time"] == pytest.approx(truth, rel=1e-12)
+    code, _, err = run_cli(capsys, "compare", "--costs", costs, "--forward", "1")
+    assert code == 2 and "is a calibration" in err
