@@ -19,7 +19,8 @@ same in every case. Every run posts receives one compute action ahead
 (``--post-ahead 1``), the setting the simulator's transfer model describes (a transfer
 starts when it is sent). While a run executes, the CPU time that other processes take
 is measured from /proc/stat; a run during which others took more than --max-others of
-the machine is repeated (up to --retries times) and the share is reported either way.
+the machine is repeated (up to --retries times) and the share is reported either way;
+before each run it waits (up to --wait seconds) for the machine to be idle.
 
 Writes OUT/results.csv (one row per case), OUT/summary.json (MAPE per model, ranking
 agreement) and the figure; prints a markdown table.
@@ -91,9 +92,25 @@ def launch(out: Path, schedule: str, m: int, model: dict, steps: int, warmup: in
     return {"wall": wall, "others": max(busy - mine, 0.0) / (wall * os.cpu_count())}
 
 
+def busy_share(seconds: float) -> float:
+    """Share of the machine's CPU time that is busy over the next `seconds` (this process sleeps)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    before = cpu_jiffies()
+    time.sleep(seconds)
+    return (cpu_jiffies() - before) / hz / (seconds * os.cpu_count())
+
+
+def wait_quiet(limit: float, most: float) -> None:
+    """Wait (up to `limit` seconds) until the machine is at most `most` busy for 2 s."""
+    deadline = time.monotonic() + limit
+    while busy_share(2.0) > most and time.monotonic() < deadline:
+        pass
+
+
 def measured_run(out: Path, schedule: str, m: int, model: dict, args, profile: bool = False) -> tuple:
     """Run until others took at most --max-others of the machine (or --retries are spent)."""
     for attempt in range(args.retries + 1):
+        wait_quiet(args.wait, args.max_others)
         info = launch(out, schedule, m, model, args.steps, args.warmup, profile)
         if info["others"] <= args.max_others:
             break
@@ -198,6 +215,8 @@ def main(argv=None) -> int:
     parser.add_argument("--max-others", type=float, default=0.05, help="largest CPU share of other processes kept")
     parser.add_argument("--retries", type=int, default=2)
     parser.add_argument("--pause", type=float, default=10.0, help="seconds to wait before a retry")
+    parser.add_argument("--wait", type=float, default=120.0,
+                        help="seconds to wait for an idle machine before each run (then run anyway)")
     parser.add_argument("--out", default="runs/validate")
     parser.add_argument("--figure", default="figures/sim_vs_measured.png")
     args = parser.parse_args(argv)

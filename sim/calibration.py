@@ -243,59 +243,21 @@ def load_costs(path: str | Path) -> CostModel | Calibration:
 def calibrate(run: MeasuredRun) -> Calibration:
     """Fit every parameter of the module docstring from `run` (and its profile.json)."""
     schedule = run.program.schedule
-    n = schedule.num_stages
-    timeline = run.timeline
-    measured = stage_costs(timeline, n)
-    kinds = [k for k in KINDS if k in measured]
-    stages = []
-    for s, (a, b) in enumerate(run.stage_layers):
-        entry = run.summary["stage_costs"][s]
-        stage = {"stage": s, "role": role_of(s, n), "layers": [a, b]}
-        stage.update({k: measured[k][s] for k in kinds})
-        stage["activation_bytes"] = int(entry.get("activation_bytes") or 0)
-        if entry.get("weight_grad_bytes") is not None:
-            stage["weight_bytes"] = int(entry["weight_grad_bytes"])
-        stages.append(stage)
-    layers_profile = (run.profile or {}).get("layers")
+    stages = run_stages(run)
+    diagnostics: dict[str, Any] = {}
     compute = activation = weight_memory = None
     ratio: dict[str, float] = {}
-    diagnostics: dict[str, Any] = {}
+    layers_profile = (run.profile or {}).get("layers")
     if layers_profile is not None:
         if int(layers_profile["rows"]) != run.rows:
             raise CostError(f"{run.path}: profile.json was taken at {layers_profile['rows']} rows per microbatch, "
                             f"the run at {run.rows}")
-        records = layers_profile["records"]
-        compute = {}
-        for kind in kinds:
-            fit, residual = fit_linear([(r["role"], r["layers"], median(r[kind])) for r in records if kind in r])
-            predicted = sum(fit.at(st["role"], st["layers"][1] - st["layers"][0]) for st in stages)
-            ratio[kind] = sum(st[kind] for st in stages) / predicted if predicted > 0 else 1.0
-            compute[kind] = fit.scaled(ratio[kind])
-            diagnostics[f"profile_fit_rms_{kind}"] = residual
-            diagnostics[f"stage_error_{kind}"] = [
-                compute[kind].at(st["role"], st["layers"][1] - st["layers"][0]) / st[kind] - 1 for st in stages
-            ]
-        activation, _ = fit_linear([(r["role"], r["layers"], r["activation_bytes"]) for r in records])
-        if all("weight_bytes" in r for r in records):
-            weight_memory, _ = fit_linear([(r["role"], r["layers"], r["weight_bytes"]) for r in records])
-    gaps = rank_gaps(timeline)
-    dispatch = _median(gaps.loc[gaps["kind"].isin(KINDS), "gap"])
-    send = _median(gaps.loc[gaps["kind"].str.startswith("SEND"), "gap"])
-    recvs = timeline[timeline["kind"].str.startswith("RECV")]
-    recv = 0.0
-    if len(recvs):
-        recv = float(np.quantile(recvs["end"] - recvs["start"], RECV_QUANTILE))
-        recv += _median(gaps.loc[gaps["kind"].str.startswith("RECV"), "gap"])
-    in_run = transfer_time(run)
-    latency, bandwidth = (in_run if in_run is not None else 0.0), math.inf
-    p2p_profile = (run.profile or {}).get("p2p")
-    if p2p_profile is not None:
-        base, bandwidth = fit_bandwidth(p2p_profile["one_way_seconds"])
-        diagnostics["pingpong_latency"] = base
-        boundary = run.boundary_bytes[0] if run.boundary_bytes else 0
-        latency = max(in_run - boundary / bandwidth, 0.0) if in_run is not None else base
-    diagnostics["in_run_transfer_seconds"] = in_run
-    step_overhead = max(float(np.median([t - e for t, e in zip(run.step_times, stream_ends(timeline, dispatch))])), 0.0)
+        compute, ratio = fit_compute(layers_profile["records"], stages, diagnostics)
+        activation, weight_memory = fit_memory(layers_profile["records"])
+    dispatch, send, recv = executor_overheads(run.timeline)
+    latency, bandwidth = fit_p2p(run, diagnostics)
+    ends = stream_ends(run.timeline, dispatch)
+    step_overhead = max(float(np.median([t - e for t, e in zip(run.step_times, ends)])), 0.0)
     boundaries = run.boundary_bytes
     return Calibration(
         source={
@@ -320,6 +282,75 @@ def calibrate(run: MeasuredRun) -> Calibration:
         p2p_bandwidth=bandwidth,
         diagnostics=diagnostics,
     )
+
+
+def run_stages(run: MeasuredRun) -> list[dict[str, Any]]:
+    """The run's stages: role, layer range, measured cost per kind, activation (and kept) bytes."""
+    n = run.program.schedule.num_stages
+    measured = stage_costs(run.timeline, n)
+    stages = []
+    for s, (a, b) in enumerate(run.stage_layers):
+        entry = run.summary["stage_costs"][s]
+        stage = {"stage": s, "role": role_of(s, n), "layers": [a, b]}
+        stage.update({k: values[s] for k, values in measured.items()})
+        stage["activation_bytes"] = int(entry.get("activation_bytes") or 0)
+        if entry.get("weight_grad_bytes") is not None:
+            stage["weight_bytes"] = int(entry["weight_grad_bytes"])
+        stages.append(stage)
+    return stages
+
+
+def fit_compute(records: list[dict], stages: list[dict], diagnostics: dict) -> tuple[dict, dict]:
+    """Per kind: the profile's fixed + per-layer fit, scaled by the run's speed ratio."""
+    compute, ratio = {}, {}
+    for kind in (k for k in KINDS if all(k in st for st in stages)):
+        fit, residual = fit_linear([(r["role"], r["layers"], median(r[kind])) for r in records if kind in r])
+        predicted = sum(fit.at(st["role"], st["layers"][1] - st["layers"][0]) for st in stages)
+        ratio[kind] = sum(st[kind] for st in stages) / predicted if predicted > 0 else 1.0
+        compute[kind] = fit.scaled(ratio[kind])
+        diagnostics[f"profile_fit_rms_{kind}"] = residual
+        # How far the fitted model is from each of the run's own stages (relative).
+        diagnostics[f"stage_error_{kind}"] = [
+            compute[kind].at(st["role"], st["layers"][1] - st["layers"][0]) / st[kind] - 1 for st in stages
+        ]
+    return compute, ratio
+
+
+def fit_memory(records: list[dict]) -> tuple[LinearCost, LinearCost | None]:
+    """Activation bytes (and bytes kept from I to W) per stage from the profile's byte counts."""
+    activation, _ = fit_linear([(r["role"], r["layers"], r["activation_bytes"]) for r in records])
+    kept = None
+    if all("weight_bytes" in r for r in records):
+        kept, _ = fit_linear([(r["role"], r["layers"], r["weight_bytes"]) for r in records])
+    return activation, kept
+
+
+def executor_overheads(timeline: pd.DataFrame) -> tuple[float, float, float]:
+    """(dispatch, send, recv) overheads in seconds, by the statistics of the module docstring."""
+    gaps = rank_gaps(timeline)
+    dispatch = _median(gaps.loc[gaps["kind"].isin(KINDS), "gap"])
+    send = _median(gaps.loc[gaps["kind"].str.startswith("SEND"), "gap"])
+    recvs = timeline[timeline["kind"].str.startswith("RECV")]
+    recv = 0.0
+    if len(recvs):
+        recv = float(np.quantile(recvs["end"] - recvs["start"], RECV_QUANTILE))
+        recv += _median(gaps.loc[gaps["kind"].str.startswith("RECV"), "gap"])
+    return dispatch, send, recv
+
+
+def fit_p2p(run: MeasuredRun, diagnostics: dict) -> tuple[float, float]:
+    """(latency, bandwidth): in-run transfer time, split by the ping-pong's bandwidth when there is one."""
+    in_run = transfer_time(run)
+    diagnostics["in_run_transfer_seconds"] = in_run
+    p2p = (run.profile or {}).get("p2p")
+    if p2p is None:
+        return (in_run if in_run is not None else 0.0), math.inf
+    base, bandwidth = fit_bandwidth(p2p["one_way_seconds"])
+    diagnostics["pingpong_latency"] = base
+    if in_run is None:
+        return base, bandwidth
+    boundary = run.boundary_bytes[0] if run.boundary_bytes else 0
+    return max(in_run - boundary / bandwidth, 0.0), bandwidth
 
 
 def stage_costs(timeline: pd.DataFrame, num_stages: int) -> dict[str, list[float]]:
