@@ -19,7 +19,8 @@ same in every case. Every run posts receives one compute action ahead
 (``--post-ahead 1``), the setting the simulator's transfer model describes (a transfer
 starts when it is sent). While a run executes, the CPU time that other processes take
 is measured from /proc/stat; a run during which others took more than --max-others of
-the machine is repeated (up to --retries times) and the share is reported either way;
+the machine is repeated (up to --retries times, keeping the least disturbed try) and the
+share is reported either way;
 before each run it waits (up to --wait seconds) for the machine to be idle.
 
 Writes OUT/results.csv (one row per case), OUT/summary.json (MAPE per model, ranking
@@ -32,6 +33,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -73,7 +75,7 @@ def children_cpu() -> float:
 def launch(out: Path, schedule: str, m: int, model: dict, steps: int, warmup: int, profile: bool) -> dict:
     """One executor run; returns its wall time and the share of the machine others used meanwhile."""
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(RANKS), "--log-dir", str(out / "logs"),
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(RANKS), "--log-dir", str(out / "logs"),
         "-m", "runtime", "--schedule", schedule, "--microbatches", str(m), *model["flags"],
         "--batch-size", str(model["rows"] * m), "--steps", str(steps), "--warmup", str(warmup),
         "--post-ahead", "1", "--out", str(out),
@@ -108,15 +110,28 @@ def wait_quiet(limit: float, most: float) -> None:
 
 
 def measured_run(out: Path, schedule: str, m: int, model: dict, args, profile: bool = False) -> tuple:
-    """Run until others took at most --max-others of the machine (or --retries are spent)."""
+    """Run until others took at most --max-others of the machine; after --retries more tries,
+    keep the try they disturbed least."""
+    tries = []
     for attempt in range(args.retries + 1):
         wait_quiet(args.wait, args.max_others)
-        info = launch(out, schedule, m, model, args.steps, args.warmup, profile)
+        where = out.with_name(f"{out.name}.try{attempt}")
+        if where.exists():
+            shutil.rmtree(where)
+        info = launch(where, schedule, m, model, args.steps, args.warmup, profile)
+        tries.append((info["others"], attempt, where, info))
         if info["others"] <= args.max_others:
             break
-        print(f"  {out.name}: other processes took {100 * info['others']:.0f}% of the CPUs, "
-              f"{'retrying' if attempt < args.retries else 'keeping it'}", file=sys.stderr)
+        print(f"  {out.name}: other processes took {100 * info['others']:.0f}% of the CPUs"
+              + (", retrying" if attempt < args.retries else ""), file=sys.stderr)
         time.sleep(args.pause)
+    _, _, best, info = min(tries)
+    if out.exists():
+        shutil.rmtree(out)
+    best.rename(out)
+    for _, _, where, _ in tries:
+        if where.exists():
+            shutil.rmtree(where)
     return read_measured(out), info
 
 
