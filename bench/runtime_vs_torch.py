@@ -3,13 +3,14 @@
     python bench/runtime_vs_torch.py --ranks 2 --microbatches 8 --layers 8 --hidden 512 --batch-size 64
 
 Spawns one process per rank (gloo on CPU, one thread each). For every schedule and
-microbatch count it alternates rounds of the two executors in the same process group
-(ours: `runtime.execute`; torch: ScheduleGPipe, Schedule1F1B, ScheduleInterleaved1F1B
-on the same layers, partition and batch), times every step the same way, from a
-barrier before the step to a barrier after it, and prints the median step times and
-their ratio (ours / torch: below 1 means ours is faster). Ours runs as specified (each
-receive posted at its RECV) and, as a second column, with receives posted one compute
-action ahead (`--post-ahead 1`), which is how torch's lowering places them.
+microbatch count it builds, in the same process group, our executor twice (as specified:
+each receive posted at its RECV; and with receives posted one compute action ahead,
+`--post-ahead 1`, which is where torch's lowering puts them) and torch's schedule
+(ScheduleGPipe, Schedule1F1B or ScheduleInterleaved1F1B) on identical copies of the same
+layers, partition and batch. It then alternates single steps of the three, rotating
+their order, so all see the same machine load; every step is timed the same way, from a
+barrier before it to a barrier after it. It prints the median step times and the ratios
+ours / torch (below 1: ours is faster).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
+import gc
 import os
 import socket
 import sys
@@ -30,76 +32,91 @@ import torch.multiprocessing as mp
 TORCH_SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B"}
 
 
-def torch_steps(model, layers, schedule_name: str, ranks: int, m: int, chunks: int, steps: int) -> list[float]:
-    """Run `steps` steps of torch's schedule; returns barrier-to-barrier seconds of each."""
-    from torch.distributed import pipelining
+class TorchRun:
+    """torch.distributed.pipelining's schedule on this rank's stages (looped placement, as ours)."""
 
-    rank = dist.get_rank()
-    num_stages = len(layers)
-    local = [s for s in range(num_stages) if s % ranks == rank]  # looped placement, as ours
-    stages = [
-        pipelining.PipelineStage(
-            copy.deepcopy(model.stage_module(layers[s], s == 0, s == num_stages - 1)), s, num_stages, torch.device("cpu")
-        )
-        for s in local
-    ]
-    cls = getattr(pipelining, TORCH_SCHEDULES[schedule_name])
-    if schedule_name == "interleaved":
-        sched = cls(stages, n_microbatches=m, loss_fn=model.loss)
-    else:
-        sched = cls(stages[0], n_microbatches=m, loss_fn=model.loss)
-    holds_first, holds_last = 0 in local, num_stages - 1 in local
-    times = []
-    for _ in range(steps):
-        for stage in stages:
+    def __init__(self, model, layers, schedule_name: str, ranks: int, m: int):
+        from torch.distributed import pipelining
+
+        rank = dist.get_rank()
+        num_stages = len(layers)
+        local = [s for s in range(num_stages) if s % ranks == rank]
+        self.stages = [
+            pipelining.PipelineStage(
+                copy.deepcopy(model.stage_module(layers[s], s == 0, s == num_stages - 1)), s, num_stages,
+                torch.device("cpu"),
+            )
+            for s in local
+        ]
+        cls = getattr(pipelining, TORCH_SCHEDULES[schedule_name])
+        stages = self.stages if schedule_name == "interleaved" else self.stages[0]
+        self.schedule = cls(stages, n_microbatches=m, loss_fn=model.loss)
+        self.args = (model.inputs,) if 0 in local else ()
+        self.kwargs = {"target": model.targets} if num_stages - 1 in local else {}
+
+    def step(self) -> float:
+        """One step; seconds from a barrier before it to a barrier after it."""
+        for stage in self.stages:
             stage.submod.zero_grad(set_to_none=True)
         dist.barrier()
         t0 = time.perf_counter_ns()
-        args = (model.inputs,) if holds_first else ()
-        kwargs = {"target": model.targets} if holds_last else {}
-        sched.step(*args, return_outputs=False, **kwargs)
+        self.schedule.step(*self.args, return_outputs=False, **self.kwargs)
         dist.barrier()
-        times.append((time.perf_counter_ns() - t0) / 1e9)
-    return times
+        return (time.perf_counter_ns() - t0) / 1e9
 
 
 def worker(rank: int, args: argparse.Namespace, port: int, queue) -> None:
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(args.ranks))
-    dist.init_process_group("gloo", rank=rank, world_size=args.ranks, timeout=datetime.timedelta(seconds=120))
+    dist.init_process_group("gloo", rank=rank, world_size=args.ranks, timeout=datetime.timedelta(seconds=300))
     import schedules
-    from runtime import ModelSpec, RunOptions, build_model, execute, partition
+    from runtime import ModelSpec, RunOptions, Session, build_model, partition
 
     rows = []
     for name in args.schedules:
         for m in args.microbatches:
-            chunks = args.chunks if name == "interleaved" else 1
+            chunks = args.chunks if name == "interleaved" else None
             try:
-                program = schedules.lower(schedules.build(name, ranks=args.ranks, microbatches=m, chunks=chunks if chunks > 1 else None))
+                program = schedules.lower(schedules.build(name, ranks=args.ranks, microbatches=m, chunks=chunks))
             except schedules.ScheduleError as exc:
                 if rank == 0:
                     print(f"skip {name} m={m}: {exc}", flush=True)
                 continue
             spec = ModelSpec(model="mlp", layers=args.layers, hidden=args.hidden, batch_size=args.batch_size)
-            model = build_model(spec)
             layers = partition(args.layers, program.schedule.num_stages)
-            ours: dict[int, list[float]] = {0: [], 1: []}
-            theirs: list[float] = []
-            for _ in range(args.rounds):
-                for ahead in ours:
-                    result = execute(program, model, RunOptions(steps=args.steps, warmup=args.warmup, post_ahead=ahead))
-                    if rank == 0:
-                        ours[ahead] += result.summary["step_times"]
-                t = torch_steps(model, layers, name, args.ranks, m, chunks, args.warmup + args.steps)
-                theirs += t[args.warmup :]
+            runs = {
+                "ours": Session(program, build_model(spec), RunOptions()),
+                "ours ahead 1": Session(program, build_model(spec), RunOptions(post_ahead=1)),
+            }
+            theirs = TorchRun(build_model(spec), layers, name, args.ranks, m)
+            steppers = {
+                "ours": runs["ours"].step,
+                "ours ahead 1": runs["ours ahead 1"].step,
+                "torch": theirs.step,
+            }
+            names = list(steppers)
+            times: dict[str, list[float]] = {k: [] for k in names}
+            for i in range(args.warmup + args.steps):
+                order = names[i % 3 :] + names[: i % 3]  # rotate, so no executor always goes first
+                for key in order:
+                    if key == "torch":
+                        wall = steppers[key]()
+                    else:
+                        wall = steppers[key](measured=i >= args.warmup)
+                    if i >= args.warmup:
+                        times[key].append(wall)
+            for session in runs.values():
+                session.finish()
             if rank == 0:
-                row = (name, args.ranks, m, chunks, median(ours[0]), median(ours[1]), median(theirs))
+                med = {k: median(v) for k, v in times.items()}
+                row = (name, args.ranks, m, chunks or 1, med["ours"], med["ours ahead 1"], med["torch"])
                 rows.append(row)
-                print(f"{name:12s} p={args.ranks} m={m:<3d} v={chunks}  ours {row[4] * 1e3:8.2f} ms  "
+                print(f"{name:12s} p={args.ranks} m={m:<3d} v={chunks or 1}  ours {row[4] * 1e3:8.2f} ms  "
                       f"ours ahead-1 {row[5] * 1e3:8.2f} ms  torch {row[6] * 1e3:8.2f} ms  "
                       f"ratios {row[4] / row[6]:.3f} {row[5] / row[6]:.3f}", flush=True)
     if rank == 0:
         queue.put(rows)
+    gc.collect()  # see runtime/cli.py: cycles must not keep the group alive until exit
     dist.destroy_process_group()
 
 
@@ -112,9 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--steps", type=int, default=10, help="timed steps per round and executor")
-    p.add_argument("--warmup", type=int, default=3, help="untimed steps before each round's timed ones")
-    p.add_argument("--rounds", type=int, default=5, help="alternations of ours and torch's")
+    p.add_argument("--steps", type=int, default=40, help="timed steps of each executor")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps of each executor first")
     args = p.parse_args(argv)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -131,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         print("error: a rank failed", file=sys.stderr)
         return 1
     print()
-    print(f"mlp --layers {args.layers} --hidden {args.hidden} --batch-size {args.batch_size}, gloo CPU, "
-          f"1 thread per rank, median of {args.rounds} x {args.steps} steps, torch {torch.__version__}")
+    print(f"mlp --layers {args.layers} --hidden {args.hidden} --batch-size {args.batch_size}, gloo on CPU, "
+          f"1 thread per rank, median of {args.steps} alternated steps each, torch {torch.__version__}")
     print("| schedule | p | m | v | ours (ms) | ours, post-ahead 1 (ms) | torch (ms) | ours / torch | post-ahead 1 / torch |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name, ranks, m, chunks, ours, ahead, theirs in rows:

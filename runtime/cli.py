@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import os
 import socket
 import sys
@@ -162,5 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         write_outputs(result, program, out)
         print(format_summary(result.summary))
         print(f"wrote {out}/ (timeline.csv, memory.csv, program.json, summary.json{', profile.json' if profile else ''})")
+    # Objects in reference cycles can keep the process group alive until interpreter exit,
+    # where gloo's worker threads abort the process; free them while Python is whole.
+    gc.collect()
     dist.destroy_process_group()
     return 1 if result.passed is False else 0

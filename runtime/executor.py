@@ -127,29 +127,78 @@ def execute(
     `on_ready` is called once the ranks have agreed on the boundary shapes, just before
     the first step (the CLI prints a line there).
     """
-    plan = prepare(program, model, options, dist.get_world_size())
-    device = default_device() if device is None else device
-    if device.type == "cuda":
-        torch.cuda.set_device(device)  # object collectives on NCCL use the current device
-    ref = reference.compute(model, device) if options.check else None
-    runner = _Runner(plan, device)
-    try:
-        runner.agree_shapes()
+    with Session(program, model, options, device) as session:
         if on_ready is not None:
             on_ready()
-        for step in range(options.warmup + options.steps):
-            runner.step(step - options.warmup if step >= options.warmup else None)
-        payload = runner.payload(ref)
-    finally:
-        runner.close()
-    gathered = [None] * dist.get_world_size() if runner.rank == 0 else None
-    dist.gather_object(payload, gathered, dst=0)
-    result = summarize(plan, gathered, runner.backend, device) if runner.rank == 0 else None
-    verdict = [None if result is None else result.passed]
-    dist.broadcast_object_list(verdict, src=0)
-    if result is not None:
-        return result
-    return RunResult(rank=runner.rank, passed=verdict[0])
+        for _ in range(options.warmup):
+            session.step(measured=False)
+        for _ in range(options.steps):
+            session.step()
+        return session.finish()
+
+
+class Session:
+    """A run held open on this rank: `step()` as often as wanted, then `finish()`; collective.
+
+    Every rank makes the same calls in the same order. Construction checks the
+    configuration, computes the --check reference and agrees on boundary shapes; a step
+    with `measured=False` is a warm-up step, run but not recorded. Between steps the
+    parameters' gradients hold the last step's full-batch gradient (an optimizer may use
+    them). `options.steps` and `options.warmup` are only read by `execute`.
+    """
+
+    def __init__(
+        self, program: Program, model: PipelineModel, options: RunOptions = RunOptions(),
+        device: torch.device | None = None,
+    ):
+        self.plan = prepare(program, model, options, dist.get_world_size())
+        self.device = default_device() if device is None else device
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)  # object collectives on NCCL use the current device
+        self._reference = reference.compute(model, self.device) if options.check else None
+        self._runner = _Runner(self.plan, self.device)
+        self._closed = False
+        try:
+            self._runner.agree_shapes()
+        except BaseException:
+            self.close()
+            raise
+
+    def named_parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
+        """This rank's parameters (of its stages), named as in `PipelineModel.full_module()`."""
+        return [(n, p) for stage in self._runner.stages.values() for n, p in stage.module.named_parameters()]
+
+    def step(self, measured: bool = True) -> float:
+        """One step on every rank; returns its wall time (barrier to barrier) in seconds."""
+        return self._runner.step(len(self._runner.step_times) if measured else None)
+
+    def finish(self) -> RunResult:
+        """Gather every rank's records to rank 0 and end the run; rank 0's result has them all."""
+        runner = self._runner
+        if not runner.step_times:
+            raise ValueError("finish() needs at least one measured step")
+        try:
+            payload = runner.payload(self._reference)
+        finally:
+            self.close()
+        gathered = [None] * dist.get_world_size() if runner.rank == 0 else None
+        dist.gather_object(payload, gathered, dst=0)
+        result = summarize(self.plan, gathered, runner.backend, self.device) if runner.rank == 0 else None
+        verdict = [None if result is None else result.passed]
+        dist.broadcast_object_list(verdict, src=0)
+        return result if result is not None else RunResult(rank=runner.rank, passed=verdict[0])
+
+    def close(self) -> None:
+        """Give the modules back their own forward and drop this run's groups (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            self._runner.close()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 @dataclass
@@ -217,6 +266,7 @@ class _Runner:
         self.shapes: dict[int, tuple[torch.Size, torch.dtype]] = {}  # boundary s->s+1: shape of mb 0
         self.logs: list[_StepLog] = []
         self.step_times: list[float] = []
+        self.warmup_steps = 0
         self.peaks: list[int] = []
         self.cuda_peaks: list[int] = []
         self.losses: list[float] = []
@@ -354,8 +404,9 @@ class _Runner:
         except RuntimeError as exc:
             raise PeerError(f"rank {self.rank}: barrier {where} failed: {reason(exc, -1, self.plan.options.timeout)}") from None
 
-    def step(self, measured: int | None) -> None:
-        """One training step (forward and backward of every microbatch); `measured` is its index."""
+    def step(self, measured: int | None) -> float:
+        """One step (forward and backward of every microbatch); `measured` is its index, None
+        for a warm-up step. Returns the wall time from the barrier before to the one after."""
         for stage in self.stages.values():
             stage.zero_grad()
         cuda = self.device.type == "cuda"
@@ -373,7 +424,8 @@ class _Runner:
         self._barrier(f"after {label}")
         wall = (time.perf_counter_ns() - wall0) / 1e9
         if measured is None:
-            return
+            self.warmup_steps += 1
+            return wall
         self.clock.finish()
         seconds = self.clock.seconds
         log.starts = [seconds(t) for t in log.starts]
@@ -385,6 +437,7 @@ class _Runner:
         last = self.stages.get(self.schedule.num_stages - 1)
         if last is not None:
             self.losses.append(float(last.loss_sum))
+        return wall
 
     def _run_stream(self) -> _StepLog:
         n = len(self.stream)
@@ -488,6 +541,7 @@ class _Runner:
             "timeline": timeline,
             "memory": memory,
             "step_times": self.step_times,
+            "warmup_steps": self.warmup_steps,
             "peak_bytes": max(self.peaks),
             "peak_cuda_bytes": max(self.cuda_peaks) if self.device.type == "cuda" else None,
             "loss": self.losses[-1] if self.losses else None,
