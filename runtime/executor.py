@@ -220,6 +220,7 @@ class _StepLog:
     ends: list = field(default_factory=list)
     mem_before: list = field(default_factory=list)
     mem_after: list = field(default_factory=list)
+    cuda_after: list | None = None  # torch.cuda.memory_allocated after each compute action
 
 
 class _Runner:
@@ -448,6 +449,7 @@ class _Runner:
         meter = self.meter
         transport = self.transport
         device = self.device
+        cuda_after = [0] * n if device.type == "cuda" else None
         stamp = self.clock.stamp
         inputs = self.inputs
         mailbox: dict = {}
@@ -492,18 +494,20 @@ class _Runner:
                 mailbox[b] = out
             ends[i] = stamp()
             after[i] = meter.bytes
+            if cuda_after is not None:
+                cuda_after[i] = torch.cuda.memory_allocated(device)
         for work, _, peer, text in sends:
             transport.wait(work, text, peer)
         if mailbox or pending:
             left = sorted(str(k) for k in (*mailbox, *pending))
             raise RuntimeError(f"rank {self.rank}: step ended with undelivered transfers {left}")
-        return _StepLog(starts, ends, before, after)
+        return _StepLog(starts, ends, before, after, cuda_after)
 
     # --------------------------------------------------------------- results
 
     def payload(self, ref: reference.Reference | None) -> dict[str, Any]:
         """What this rank sends to rank 0: its rows, times, memory and check errors."""
-        timeline, memory = [], []
+        timeline, memory, cuda_memory = [], [], []
         compute = [i for i, a in enumerate(self.stream) if a.kind.is_compute]
         for step, log in enumerate(self.logs):
             for i, static in enumerate(self.static_rows):
@@ -511,6 +515,8 @@ class _Runner:
             memory.append((step, self.rank, 0.0, log.mem_before[compute[0]] if compute else 0))
             for i in compute:
                 memory.append((step, self.rank, log.ends[i], log.mem_after[i]))
+                if log.cuda_after is not None:
+                    cuda_memory.append((step, self.rank, log.ends[i], log.cuda_after[i]))
         stats: dict[int, dict[str, list[float]]] = {s: {} for s in self.local}
         for log in self.logs:
             saved: dict[tuple[int, int], int] = {}
@@ -540,6 +546,7 @@ class _Runner:
             "rank": self.rank,
             "timeline": timeline,
             "memory": memory,
+            "cuda_memory": cuda_memory,
             "step_times": self.step_times,
             "warmup_steps": self.warmup_steps,
             "peak_bytes": max(self.peaks),

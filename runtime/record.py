@@ -4,7 +4,8 @@ Measured rows follow schedules.timeline: a RECV runs from the rank reaching it t
 data being there; a SEND from its posting to its delivery, i.e. the end of the matching
 RECV on the receiver (neither gloo nor NCCL lets the sender observe delivery without
 blocking), never before its own start. Memory rows give, per rank, the bytes saved for
-backward at the step start and after every compute action.
+backward at the step start and after every compute action; on GPU, cuda_memory.csv
+(same schema) gives torch.cuda.memory_allocated after every compute action.
 
 Metrics follow the simulator's definitions (sim/result.py), per measured step, then
 the median over steps: makespan T is the latest end of any action of the step (all
@@ -44,7 +45,8 @@ class RunResult:
     passed: bool | None  # --check verdict, the same on every rank; None without --check
     summary: dict[str, Any] | None = None
     timeline: Any = None  # pandas DataFrame, schema of schedules.timeline
-    memory: Any = None
+    memory: Any = None  # saved-for-backward bytes (memory schema of schedules.timeline)
+    cuda_memory: Any = None  # on GPU: torch.cuda.memory_allocated, same schema
 
 
 def step_metrics(timeline, ranks: int) -> list[dict[str, float]]:
@@ -81,6 +83,8 @@ def summarize(plan, payloads: list[dict[str, Any]], backend: str, device: torch.
     )
     set_delivery_times(timeline, program)
     memory = memory_frame((*row, "measured") for p in payloads for row in p["memory"])
+    cuda_rows = [(*row, "measured") for p in payloads for row in p["cuda_memory"]]
+    cuda_memory = memory_frame(cuda_rows) if cuda_rows else None
     metrics = step_metrics(timeline, schedule.ranks)
     step_times = payloads[0]["step_times"]
     stages = []
@@ -136,7 +140,7 @@ def summarize(plan, payloads: list[dict[str, Any]], backend: str, device: torch.
     if plan.options.check:
         summary["check"] = check = _verdict(payloads, plan.options.tolerance)
         passed = check["passed"]
-    return RunResult(rank=0, passed=passed, summary=summary, timeline=timeline, memory=memory)
+    return RunResult(rank=0, passed=passed, summary=summary, timeline=timeline, memory=memory, cuda_memory=cuda_memory)
 
 
 def set_delivery_times(timeline, program) -> None:
@@ -179,11 +183,14 @@ def clear_summary(out: str | Path) -> None:
 
 
 def write_outputs(result, program, out: str | Path) -> None:
-    """timeline.csv, memory.csv, program.json, then summary.json (last, atomically)."""
+    """timeline.csv, memory.csv (and cuda_memory.csv on GPU), program.json, then
+    summary.json (last, atomically)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     result.timeline.to_csv(out / "timeline.csv", index=False)
     result.memory.to_csv(out / "memory.csv", index=False)
+    if result.cuda_memory is not None:
+        result.cuda_memory.to_csv(out / "cuda_memory.csv", index=False)
     schedules.save_json(program, out / "program.json")
     handle, tmp = tempfile.mkstemp(dir=out, prefix=".summary.", suffix=".json")
     with os.fdopen(handle, "w") as f:
