@@ -19,11 +19,12 @@ of the stage's main graph:
 I runs backward over the main graph to the stage input and frees it as usual, so the
 activations only input gradients need (ReLU masks, attention probabilities) are gone
 after I. What survives from I to W is what weight gradients need: each parametric
-module's input (and, for the generic path, its small saved state such as LayerNorm's
-statistics) and the ``dy`` at its output. These are counted by the memory meter until
-W releases them. This is the zero-bubble split (Qi et al., ICLR 2024, section 2) at
-module granularity; torch.distributed.pipelining's ``stage_backward_input/weight`` keeps
-the whole stage graph alive until W instead. A parametric module called with anything
+module's input and the ``dy`` at its output, plus small per-module state (LayerNorm's
+statistics; for the generic path, whatever the module's own graph saved). These are
+counted by the memory meter until W releases them. This is the zero-bubble split (Qi et
+al., ICLR 2024, section 2) at module granularity; torch.distributed.pipelining's
+``stage_backward_input`` instead runs I with ``retain_graph=True``, keeping the stage's
+whole graph alive until W. A parametric module called with anything
 but one tensor argument is not bridged: its parameter gradients are computed in I.
 """
 
