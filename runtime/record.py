@@ -129,6 +129,8 @@ def summarize(plan, payloads: list[dict[str, Any]], backend: str, device: torch.
         "loss": loss,
         "stage_costs": stages,
         "backend": backend,
+        "transport": plan.options.transport or ("ordered" if backend == "nccl" else "tagged"),
+        "post_ahead": plan.options.post_ahead,
         "device": device.type if device.type == "cpu" else torch.cuda.get_device_name(device),
         "torch_version": torch.__version__,
         "torch_threads": torch.get_num_threads(),
