@@ -55,8 +55,8 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--warmup", type=int, default=2, help="unmeasured steps before them")
     run.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for a peer before failing")
     run.add_argument("--check", action="store_true", help="compare loss and gradients with a one-process run")
-    run.add_argument("--post-ahead", type=int, default=0, metavar="K",
-                     help="post each receive K compute actions before its RECV (default 0: at the RECV)")
+    run.add_argument("--post-ahead", type=int, default=1, metavar="K",
+                     help="post each receive K compute actions before its RECV (default 1; 0: at the RECV)")
     run.add_argument("--profile-layers", action="store_true",
                      help="after the steps, time F/B of each stage role at 1, 2 and 4 layers (profile.json, for sim calibrate)")
     run.add_argument("--profile-p2p", action="store_true",

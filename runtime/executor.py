@@ -60,6 +60,8 @@ class RunOptions:
 
     `transport` None picks "ordered" on NCCL and "tagged" otherwise (see comm.py);
     `post_ahead` posts each receive that many compute actions before its RECV (0: at it).
+    The default 1 lets a transfer start when its SEND is posted, which is what the
+    simulator assumes; gloo moves data only once the receive is posted.
     """
 
     steps: int = 1
@@ -69,7 +71,7 @@ class RunOptions:
     tolerance: float = reference.TOLERANCE
     split: tuple[int, ...] | None = None
     transport: str | None = None
-    post_ahead: int = 0
+    post_ahead: int = 1
 
     def validate(self) -> None:
         if not isinstance(self.steps, int) or self.steps < 1:
