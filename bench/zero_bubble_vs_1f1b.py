@@ -306,7 +306,8 @@ def print_tables(args: argparse.Namespace, rows: list[Row], split_rows: list[Spl
     print(f"gpt --layers {args.layers} --hidden {args.hidden} --heads {args.heads} --seq-len {args.seq_len} "
           f"--vocab {args.vocab} --batch-size {args.batch_size}, p={RANKS}, m={args.microbatches}, gloo on CPU, "
           f"1 thread per rank, {args.steps} alternated steps each after {args.warmup} warm-up, torch {torch.__version__}; "
-          f"load average (1 min) {', '.join(f'{x:.2f}' for x in loads)} (start, after part 1, end)")
+          f"1-min load average {loads[0]:.2f} before the run (then {loads[1]:.2f} after part 1 and "
+          f"{loads[2]:.2f} after part 2, which count this bench's own processes)")
     print()
     print("| schedule | median step (ms) | ratio to 1f1b | 95% CI (bootstrap) | per-step ratio IQR | busy per rank (ms) "
           "| bubble ratio | rank-span bubble | peak activation bytes per rank |")
