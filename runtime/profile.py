@@ -66,7 +66,7 @@ def roles(num_stages: int) -> tuple[str, ...]:
 
 def profile_layers(
     model: PipelineModel, rows: int, device: torch.device, split: bool, num_stages: int,
-    repeats: int = 5, warmup: int = 2,
+    repeats: int = 10, warmup: int = 2,
 ) -> dict[str, Any] | None:
     """Time stage calls of every role and layer count on this rank; collective, rank 0 gets all."""
     records = []

@@ -23,22 +23,27 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   depends on).
   Without a profile, the run's own per-stage costs are kept and only programs with
   the same stages can be simulated.
-- **dispatch_overhead**: executor time between the end of a compute action and the
-  start of the next action on its rank (the loop itself), median over all of them;
-  added to every compute action.
-- **send_overhead**: rank time from a SEND's start to the rank's next action (posting
-  the send; gloo writes the payload into the socket here), median.
-- **recv_overhead**: the least time a RECV takes when its data is already there:
-  the 10th percentile of RECV rows (the no-wait cluster) plus the median time from a
-  RECV's end to the start of the compute that consumes it.
+- **Executor overheads** (rank time that is neither compute nor waiting): every gap
+  between the end of an action and the start of the next on its rank (a SEND's "end"
+  is its start: its row runs until delivery) is fitted by least squares as a
+  constant for the kind of action before the gap (compute: the loop's dispatch; SEND:
+  posting the send, where gloo writes the payload into the socket; RECV) plus a cost
+  per receive the executor posted in that gap (``post_ahead`` compute actions before
+  its RECV, as runtime/executor.py places them). Least squares fits means, not
+  medians: a step's length adds these up, and their tails (a send that blocks for a
+  millisecond) count. ``dispatch_overhead`` is added to every compute action;
+  ``send_overhead`` is the SEND constant; ``recv_overhead`` is the RECV constant plus
+  the posting cost plus the least RECV row (its 10th percentile: the time to complete
+  a receive whose data is already there).
 - **p2p_latency / p2p_bandwidth**: a transfer takes ``latency + bytes / bandwidth``.
   In-run transfer time: ``RECV end - SEND start`` over transfers whose receiver was
-  already waiting when the send started, median per direction (rank r -> r+1 and
-  back), averaged over the directions (ranks' clocks are aligned only at the step's
-  barrier; an offset adds to one direction what it takes from the other). Bandwidth
-  comes from the ping-pong of ``--profile-p2p`` (least squares of one-way time on
-  bytes) and the latency is the in-run time minus the bandwidth term; without a
-  ping-pong, bandwidth is unlimited and the latency is the in-run time.
+  already waiting when the send started, averaged (mean, for the same reason). Rank
+  clocks are aligned only at the step's barrier, so per step and pair of ranks their
+  offset is estimated as the middle of the interval that causality allows (nothing
+  arrives before it is sent) and taken out first. Bandwidth comes from the ping-pong
+  of ``--profile-p2p`` (least squares of one-way time on bytes) and the latency is the
+  in-run time minus the bandwidth term; without a ping-pong, bandwidth is unlimited
+  and the latency is the in-run time.
 - **step_overhead**: measured step time (barrier to barrier, rank 0) minus the end
   of the step's streams (the latest row end, a compute row's taken `dispatch_overhead`
   later as the simulator's row includes that gap), median over steps.
@@ -254,7 +259,7 @@ def calibrate(run: MeasuredRun) -> Calibration:
                             f"the run at {run.rows}")
         compute, ratio = fit_compute(layers_profile["records"], stages, diagnostics)
         activation, weight_memory = fit_memory(layers_profile["records"])
-    dispatch, send, recv = executor_overheads(run.timeline)
+    dispatch, send, recv = executor_overheads(run)
     latency, bandwidth = fit_p2p(run, diagnostics)
     ends = stream_ends(run.timeline, dispatch)
     step_overhead = max(float(np.median([t - e for t, e in zip(run.step_times, ends)])), 0.0)
@@ -325,17 +330,53 @@ def fit_memory(records: list[dict]) -> tuple[LinearCost, LinearCost | None]:
     return activation, kept
 
 
-def executor_overheads(timeline: pd.DataFrame) -> tuple[float, float, float]:
-    """(dispatch, send, recv) overheads in seconds, by the statistics of the module docstring."""
-    gaps = rank_gaps(timeline)
-    dispatch = _median(gaps.loc[gaps["kind"].isin(KINDS), "gap"])
-    send = _median(gaps.loc[gaps["kind"].str.startswith("SEND"), "gap"])
-    recvs = timeline[timeline["kind"].str.startswith("RECV")]
-    recv = 0.0
-    if len(recvs):
-        recv = float(np.quantile(recvs["end"] - recvs["start"], RECV_QUANTILE))
-        recv += _median(gaps.loc[gaps["kind"].str.startswith("RECV"), "gap"])
-    return dispatch, send, recv
+def executor_overheads(run: MeasuredRun) -> tuple[float, float, float]:
+    """(dispatch, send, recv) rank time per action, seconds (module docstring): least squares
+    of every gap between consecutive actions of a rank on one constant per kind of the action
+    before the gap (compute, SEND, RECV) plus a cost per receive posted in the gap."""
+    post_ahead = int(run.summary.get("post_ahead", 0))
+    posts = [posts_before(stream, post_ahead) for stream in run.program.streams]
+    kinds = [[_GAP_KIND[a.kind.value[:4]] for a in stream] for stream in run.program.streams]
+    rows, gaps = [], []
+    for (_, rank), frame in run.timeline.groupby(["step", "rank"], sort=True):
+        start = frame["start"].to_numpy()
+        end = np.where(frame["kind"].str.startswith("SEND"), start, frame["end"].to_numpy())
+        for i in range(len(start) - 1):
+            row = [0.0, 0.0, 0.0, float(posts[rank][i + 1])]
+            row[kinds[rank][i]] = 1.0
+            rows.append(row)
+            gaps.append(start[i + 1] - end[i])
+    if not gaps:
+        return 0.0, 0.0, 0.0
+    design = np.array(rows)
+    used = [j for j in range(4) if design[:, j].any()]  # a column no gap has stays 0
+    coef = np.zeros(4)
+    coef[used] = np.linalg.lstsq(design[:, used], np.array(gaps), rcond=None)[0]
+    after_compute, after_send, after_recv, post = (max(float(x), 0.0) for x in coef)
+    recvs = run.timeline[run.timeline["kind"].str.startswith("RECV")]
+    if not len(recvs):
+        return after_compute, after_send, 0.0
+    least = float(np.quantile(recvs["end"] - recvs["start"], RECV_QUANTILE))
+    return after_compute, after_send, post + least + after_recv
+
+
+_GAP_KIND = {"F": 0, "B": 0, "I": 0, "W": 0, "SEND": 1, "RECV": 2}
+
+
+def posts_before(stream, post_ahead: int) -> list[int]:
+    """Per position of a rank's stream, how many receives the executor posts just before that
+    action (runtime/executor.py: a RECV's receive goes before the compute action `post_ahead`
+    compute actions ahead of the RECV, or before the first action; with 0 it is posted
+    inside the RECV, so no gap holds it)."""
+    counts = [0] * len(stream)
+    if post_ahead <= 0:
+        return counts
+    computes = [i for i, a in enumerate(stream) if a.kind.is_compute]
+    for i, a in enumerate(stream):
+        if a.kind.is_recv:
+            earlier = sum(1 for c in computes if c < i)
+            counts[computes[earlier - post_ahead] if earlier >= post_ahead else 0] += 1
+    return counts
 
 
 def fit_p2p(run: MeasuredRun, diagnostics: dict) -> tuple[float, float]:
@@ -385,20 +426,34 @@ def rank_gaps(timeline: pd.DataFrame) -> pd.DataFrame:
 
 
 def transfer_time(run: MeasuredRun) -> float | None:
-    """In-run transfer time (module docstring), or None if no receiver ever waited."""
-    per_direction: dict[bool, list[float]] = {True: [], False: []}
+    """Mean in-run transfer time (module docstring), or None if no receiver ever waited.
+
+    Rank clocks are aligned only at the step's barrier, so per step and pair of ranks the
+    offset between their clocks is estimated as the middle of the interval that causality
+    allows (no transfer arrives before it is sent) and taken out before averaging.
+    """
+    delays: list[float] = []
     for _, rows in run.step_frames():
         sends = rows[rows["kind"].str.startswith("SEND")]
-        send_at = dict(zip(sends["action"], sends["start"]))
-        send_rank = dict(zip(sends["action"], sends["rank"]))
+        sent = {a: (r, t) for a, r, t in zip(sends["action"], sends["rank"], sends["start"])}
         recvs = rows[rows["kind"].str.startswith("RECV")]
+        pairs: dict[tuple[int, int], list[tuple[int, float, float, float]]] = {}
         for action, rank, start, end in zip(recvs["action"], recvs["rank"], recvs["start"], recvs["end"]):
-            sender = _matching_send(action)
-            if sender not in send_at or start > send_at[sender]:
-                continue
-            per_direction[send_rank[sender] < rank].append(end - send_at[sender])
-    medians = [median(v) for v in per_direction.values() if v]
-    return float(np.mean(medians)) if medians else None
+            sender, at = sent[_matching_send(action)]
+            pairs.setdefault((min(sender, rank), max(sender, rank)), []).append((sender, at, start, end))
+        for (low, _), transfers in pairs.items():
+            # offset o: a time of the higher rank plus o is that time on the lower rank's clock
+            least = max((at - end for sender, at, _, end in transfers if sender == low), default=None)
+            most = min((end - at for sender, at, _, end in transfers if sender != low), default=None)
+            if least is None or most is None:
+                offset = 0.0
+            else:
+                offset = (least + most) / 2 if least <= most else 0.0
+            for sender, at, start, end in transfers:
+                shift = offset if sender == low else -offset  # receiver's times into the sender's clock
+                if start + shift <= at:
+                    delays.append(end + shift - at)
+    return float(np.mean(delays)) if delays else None
 
 
 def _matching_send(recv_text: str) -> str:

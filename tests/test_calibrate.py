@@ -322,3 +322,19 @@ def test_compare_predicts_from_a_calibration_file(calibration_run, tmp_path, cap
         assert by_name[name]["step_time"] == pytest.approx(truth, rel=1e-12)
     code, _, err = run_cli(capsys, "compare", "--costs", costs, "--forward", "1")
     assert code == 2 and "is a calibration" in err
+
+
+def test_posts_before_places_receives_like_the_executor():
+    """runtime/executor.py posts a RECV's receive just before the compute action that lies
+    post_ahead compute actions before the RECV (worked by hand for 1F1B, p=2, m=2)."""
+    from sim.calibration import posts_before
+
+    program = schedules.lower(schedules.build("1f1b", ranks=2, microbatches=2))
+    rank1 = program.streams[1]
+    assert [str(a) for a in rank1] == ["1RECV_F0", "1F0", "1B0", "1SEND_B0", "1RECV_F1", "1F1", "1B1", "1SEND_B1"]
+    # k=1: 1RECV_F0 has no compute before it (posted before the first action); 1RECV_F1 has
+    # F0 and B0 before it, so it is posted one compute earlier than F1: before B0.
+    assert posts_before(rank1, 1) == [1, 0, 1, 0, 0, 0, 0, 0]
+    # k=2: 1RECV_F1 goes before F0; with 0 every receive is posted inside its RECV.
+    assert posts_before(rank1, 2) == [1, 1, 0, 0, 0, 0, 0, 0]
+    assert posts_before(rank1, 0) == [0] * 8
