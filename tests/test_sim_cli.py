@@ -113,7 +113,7 @@ def test_compare_skips_illegal_schedules_by_default(capsys) -> None:
         (["compare", "--forward", "nan"], "--forward: expected a finite number"),
         (["compare", "--schedules", "nope"], "unknown schedule 'nope'"),
         (["compare", "--schedules", "interleaved", "--microbatches", "5"], "cannot run m=5"),
-        (["compare", "--costs", "/nonexistent/costs.json"], "cannot read cost model"),
+        (["compare", "--costs", "/nonexistent/costs.json"], "cannot read /nonexistent/costs.json"),
         (["compare", "--json", "--csv"], "not allowed with"),
         (["sweep", "--microbatches", "4,x"], "expected a positive integer"),
         (["sweep", "--out", "table.txt"], "--out must end in .csv or .json"),
