@@ -72,6 +72,8 @@ def describe(c: Calibration) -> str:
             fixed = ", ".join(f"{role} {fit.fixed[role] * 1e3:+.3f}" for role in fit.fixed)
             lines.append(f"  {kind}: {fit.per_layer * 1e3:.3f} ms per layer; fixed per action (ms): {fixed}; "
                          f"run/profile speed ratio {c.speed_ratio[kind]:.3f}")
+    lines.append(f"  switch (action not repeating its rank's previous one): F +{us(c.switch_forward)}, "
+                 f"B/I/W +{us(c.switch_backward)}")
     lines.append(f"  overheads: dispatch {us(c.dispatch_overhead)} per compute action, send {us(c.send_overhead)}, "
                  f"recv {us(c.recv_overhead)}, step {us(c.step_overhead)}")
     bandwidth = "unlimited" if c.p2p_bandwidth == float("inf") else f"{c.p2p_bandwidth / 1e9:.2f} GB/s"

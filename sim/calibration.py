@@ -23,6 +23,13 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   depends on).
   Without a profile, the run's own per-stage costs are kept and only programs with
   the same stages can be simulated.
+- **switch_forward / switch_backward**: what an action costs more when its rank's
+  previous compute action had another stage or kind (caches hold another working
+  set): per kind, the median over stages of (median over steps of the mean switching
+  action) - (the same of repeating actions); a 1F1B run repeats in its warm-up and
+  cool-down, an interleaved one in its warm-up. Stage costs above are of switching
+  actions (every profile call switches: F and B alternate), and the simulator's are
+  those minus the switch cost, which it adds back to each switching action.
 - **Executor overheads** (rank time that is neither compute nor waiting): every gap
   between the end of an action and the start of the next on its rank (a SEND's "end"
   is its start: its row runs until delivery) is fitted by least squares as a
@@ -72,7 +79,7 @@ from .costs import CostError, CostModel
 from .measured import MeasuredRun
 
 FORMAT = "bubblescope-calibration"
-VERSION = 1
+VERSION = 2
 KINDS = ("F", "B", "I", "W")
 ROLES = ("first", "middle", "last", "only")
 RECV_QUANTILE = 0.10
@@ -128,6 +135,8 @@ class Calibration:
     weight_memory: LinearCost | None
     speed_ratio: Mapping[str, float]
     dispatch_overhead: float
+    switch_forward: float
+    switch_backward: float
     send_overhead: float
     recv_overhead: float
     step_overhead: float
@@ -159,7 +168,13 @@ class Calibration:
             times = {k: [fit.at(r, n) for r, n in zip(roles, counts)] for k, fit in self.compute.items()}
             memory = [self.activation.at(r, n) for r, n in zip(roles, counts)]
             kept = None if self.weight_memory is None else [self.weight_memory.at(r, n) for r, n in zip(roles, counts)]
-        times = {k: [max(t, 0.0) + self.dispatch_overhead for t in v] for k, v in times.items()}
+        # Stage costs are switching actions' (what the run and the profile mostly hold); the
+        # simulator's are repeating actions', with the switch cost added per action.
+        times = {
+            k: [max(t - (self.switch_forward if k == "F" else self.switch_backward), 0.0) + self.dispatch_overhead
+                for t in v]
+            for k, v in times.items()
+        }
         backward = {}
         if "B" in times:
             backward["backward_full"] = times["B"]
@@ -179,6 +194,8 @@ class Calibration:
             send_overhead=self.send_overhead,
             recv_overhead=self.recv_overhead,
             step_overhead=self.step_overhead,
+            switch_forward=self.switch_forward,
+            switch_backward=self.switch_backward,
         )
 
     def cost_model_for_run(self, run: MeasuredRun) -> CostModel:
@@ -259,6 +276,7 @@ def calibrate(run: MeasuredRun) -> Calibration:
                             f"the run at {run.rows}")
         compute, ratio = fit_compute(layers_profile["records"], stages, diagnostics)
         activation, weight_memory = fit_memory(layers_profile["records"])
+    _, switch = stage_costs(run)
     dispatch, send, recv = executor_overheads(run)
     latency, bandwidth = fit_p2p(run, diagnostics)
     ends = stream_ends(run.timeline, dispatch)
@@ -280,6 +298,8 @@ def calibrate(run: MeasuredRun) -> Calibration:
         weight_memory=weight_memory,
         speed_ratio=ratio,
         dispatch_overhead=dispatch,
+        switch_forward=switch.get("F", 0.0),
+        switch_backward=switch.get("B", switch.get("I", 0.0)),
         send_overhead=send,
         recv_overhead=recv,
         step_overhead=step_overhead,
@@ -290,9 +310,10 @@ def calibrate(run: MeasuredRun) -> Calibration:
 
 
 def run_stages(run: MeasuredRun) -> list[dict[str, Any]]:
-    """The run's stages: role, layer range, measured cost per kind, activation (and kept) bytes."""
+    """The run's stages: role, layer range, measured cost per kind of an action that switches
+    (see stage_costs), activation (and kept) bytes."""
     n = run.program.schedule.num_stages
-    measured = stage_costs(run.timeline, n)
+    measured, _ = stage_costs(run)
     stages = []
     for s, (a, b) in enumerate(run.stage_layers):
         entry = run.summary["stage_costs"][s]
@@ -342,7 +363,10 @@ def executor_overheads(run: MeasuredRun) -> tuple[float, float, float]:
         start = frame["start"].to_numpy()
         end = np.where(frame["kind"].str.startswith("SEND"), start, frame["end"].to_numpy())
         for i in range(len(start) - 1):
-            row = [0.0, 0.0, 0.0, float(posts[rank][i + 1])]
+            # Receives posted before a compute action that follows its RECV run inside the RECV's
+            # row (the executor stamps a RECV's end when the compute waits on it, after posting).
+            posted = posts[rank][i + 1] if kinds[rank][i] != _GAP_KIND["RECV"] else 0
+            row = [0.0, 0.0, 0.0, float(posted)]
             row[kinds[rank][i]] = 1.0
             rows.append(row)
             gaps.append(start[i + 1] - end[i])
@@ -394,18 +418,51 @@ def fit_p2p(run: MeasuredRun, diagnostics: dict) -> tuple[float, float]:
     return max(in_run - boundary / bandwidth, 0.0), bandwidth
 
 
-def stage_costs(timeline: pd.DataFrame, num_stages: int) -> dict[str, list[float]]:
-    """Per compute kind present, per stage: median over steps of the step's mean duration."""
-    compute = timeline[timeline["kind"].isin(KINDS)]
-    per_step = (compute["end"] - compute["start"]).groupby(
-        [compute["kind"], compute["stage"], compute["step"]]).mean()
-    typical = per_step.groupby(level=[0, 1]).median()
-    out = {}
+def stage_costs(run: MeasuredRun) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Per compute kind present, per stage, the cost of an action that switches (its rank's
+    previous compute action had another stage or kind): median over steps of the step's mean
+    duration of such actions (of all, for a stage that never switches). And per kind, what
+    switching adds: the median over stages with both of (switching - repeating) costs."""
+    timeline = run.timeline
+    switched = _switch_flags(run)
+    compute = timeline["kind"].isin(KINDS)
+    frame = pd.DataFrame({
+        "kind": timeline["kind"], "stage": timeline["stage"], "step": timeline["step"],
+        "switch": switched, "duration": timeline["end"] - timeline["start"],
+    })[compute]
+    typical = frame.groupby(["kind", "stage", "switch", "step"])["duration"].mean().groupby(
+        level=[0, 1, 2]).median()
+    n = run.program.schedule.num_stages
+    costs, extra = {}, {}
     for kind in KINDS:
-        if kind in typical.index.get_level_values(0):
-            values = typical[kind]
-            out[kind] = [float(values.get(s, 0.0)) for s in range(num_stages)]
-    return out
+        if kind not in typical.index.get_level_values(0):
+            continue
+        values, gaps = [], []
+        for stage in range(n):
+            on = typical.get((kind, stage, True))
+            off = typical.get((kind, stage, False))
+            values.append(float(on if on is not None else off if off is not None else 0.0))
+            if on is not None and off is not None:
+                gaps.append(float(on - off))
+        costs[kind] = values
+        extra[kind] = max(float(np.median(gaps)), 0.0) if gaps else 0.0
+    return costs, extra
+
+
+def _switch_flags(run: MeasuredRun) -> np.ndarray:
+    """Per timeline row: whether it is a compute action that does not repeat its rank's
+    previous compute action's stage and kind (a rank's first compute action switches)."""
+    flags = []
+    for stream in run.program.streams:
+        previous, row = None, []
+        for a in stream:
+            row.append(a.kind.is_compute and previous != (a.stage, a.kind))
+            if a.kind.is_compute:
+                previous = (a.stage, a.kind)
+        flags.append(row)
+    position = run.timeline.groupby(["step", "rank"]).cumcount().to_numpy()
+    ranks = run.timeline["rank"].to_numpy()
+    return np.array([flags[r][i] for r, i in zip(ranks, position)], dtype=bool)
 
 
 def stream_ends(timeline: pd.DataFrame, dispatch: float) -> list[float]:

@@ -37,7 +37,12 @@ least rank time of each RECV (it ends at ``max(reached + recv_overhead, arrival)
 ``step_overhead`` is what a training step takes beyond the makespan (the barriers and
 bookkeeping around the streams): ``SimResult.step_time = makespan + step_overhead``.
 A fixed per-compute-action overhead needs no field: it is part of each stage's F/B/I/W
-cost (see sim.calibration, which fits it).
+cost (see sim.calibration, which fits it). ``switch_forward`` and ``switch_backward``
+(the latter for B, I and W) are added to a compute action whose rank's previous
+compute action was of another stage or kind, or which is its rank's first: on a CPU
+the caches then hold another working set (another stage's weights, or the forward's
+data where the backward needs gradients). Stage costs are those of an action that
+repeats the previous one (GPipe's phases); 1F1B's steady state switches every action.
 
 Memory: ``activation_memory`` bytes per microbatch per stage are allocated when its F
 starts and freed when its B ends. With split backward, ``weight_memory`` of them stay
@@ -100,7 +105,8 @@ class StageCosts:
     stage s; `send_forward[s]`/`send_backward[s]`: transfer time across boundary s|s+1;
     `memory[s]`: activation bytes of one microbatch on stage s; `weight_memory[s]`: the
     part of it kept from I until W; `static[r]`: static bytes of rank r; `send_overhead`,
-    `recv_overhead`, `step_overhead`: the executor overheads of the cost model.
+    `recv_overhead`, `step_overhead`, `switch_forward`, `switch_backward`: the executor
+    overheads of the cost model.
     """
 
     forward: tuple[int, ...]
@@ -116,6 +122,8 @@ class StageCosts:
     send_overhead: int = 0
     recv_overhead: int = 0
     step_overhead: int = 0
+    switch_forward: int = 0
+    switch_backward: int = 0
 
 
 @dataclass(frozen=True)
@@ -134,7 +142,9 @@ class CostModel:
     Links: p2p_latency (seconds per transfer), p2p_bandwidth (bytes per second, default
     unlimited), link_contention (one transfer at a time per directed link, default on).
     Executor overheads (seconds, default 0): send_overhead (rank time per SEND),
-    recv_overhead (least rank time per RECV), step_overhead (step time minus makespan).
+    recv_overhead (least rank time per RECV), step_overhead (step time minus makespan),
+    switch_forward / switch_backward (added to an F / a B, I or W that does not repeat
+    its rank's previous compute action's stage and kind).
     """
 
     forward: PerStage
@@ -153,6 +163,8 @@ class CostModel:
     send_overhead: float = 0.0
     recv_overhead: float = 0.0
     step_overhead: float = 0.0
+    switch_forward: float = 0.0
+    switch_backward: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("forward", "p2p_activation_bytes", "activation_memory", "static_memory"):
@@ -161,7 +173,8 @@ class CostModel:
             object.__setattr__(self, name, _as_values(name, getattr(self, name), allow_none=True))
         if self.backward_full is None and self.backward_input is None:
             raise CostError("give backward_input (with optional backward_weight) or backward_full")
-        for name in ("p2p_latency", "send_overhead", "recv_overhead", "step_overhead"):
+        for name in ("p2p_latency", "send_overhead", "recv_overhead", "step_overhead", "switch_forward",
+                     "switch_backward"):
             object.__setattr__(self, name, _number(name, getattr(self, name)))
         bandwidth = self.p2p_bandwidth
         if isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float)) or not bandwidth > 0:
@@ -210,6 +223,8 @@ class CostModel:
             send_overhead=round(self.send_overhead * NS_PER_S),
             recv_overhead=round(self.recv_overhead * NS_PER_S),
             step_overhead=round(self.step_overhead * NS_PER_S),
+            switch_forward=round(self.switch_forward * NS_PER_S),
+            switch_backward=round(self.switch_backward * NS_PER_S),
         )
 
     def transfer_ns(self, num_bytes: float) -> int:

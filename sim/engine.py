@@ -11,8 +11,10 @@ Semantics (times are integer nanoseconds, so results are exact and deterministic
   has arrived;
 - a RECV blocks its rank until the matching transfer has arrived;
 - executor overheads (0 by default): a SEND occupies its rank for ``send_overhead``
-  after putting the tensor on the link, and a RECV ends no earlier than
-  ``recv_overhead`` after the rank reached it.
+  after putting the tensor on the link, a RECV ends no earlier than ``recv_overhead``
+  after the rank reached it, and a compute action that does not repeat the stage and
+  kind of its rank's previous compute action costs ``switch_forward`` (F) or
+  ``switch_backward`` (B, I, W) more.
 
 Activation memory of a stage is allocated when its F starts and freed when its B ends
 (with split backward: partly when I ends, the rest when W ends; see sim.costs).
@@ -77,11 +79,20 @@ def compile_program(program: Program, costs: StageCosts) -> Compiled:
     schedule = program.schedule
     s2r = schedule.stage_to_rank
     p, m, n = schedule.ranks, schedule.microbatches, schedule.num_stages
+    def table(durations, switch, alloc, free):
+        """Per stage: (op when the action repeats the previous compute action, op otherwise)."""
+        return [
+            ((_COMPUTE, durations[s], alloc[s], free[s]), (_COMPUTE, durations[s] + switch, alloc[s], free[s]))
+            for s in range(n)
+        ]
+
+    zero = [0] * n
+    kept = costs.weight_memory
     compute = {
-        Kind.F: [(_COMPUTE, costs.forward[s], costs.memory[s], 0) for s in range(n)],
-        Kind.B: [(_COMPUTE, costs.backward[s], 0, costs.memory[s]) for s in range(n)],
-        Kind.I: [(_COMPUTE, costs.input[s], 0, costs.memory[s] - costs.weight_memory[s]) for s in range(n)],
-        Kind.W: [(_COMPUTE, costs.weight[s], 0, costs.weight_memory[s]) for s in range(n)],
+        Kind.F: table(costs.forward, costs.switch_forward, costs.memory, zero),
+        Kind.B: table(costs.backward, costs.switch_backward, zero, costs.memory),
+        Kind.I: table(costs.input, costs.switch_backward, zero, [m - k for m, k in zip(costs.memory, kept)]),
+        Kind.W: table(costs.weight, costs.switch_backward, zero, kept),
     }
     # kind -> (direction, sending stage offset from the action's stage, send times, is send)
     comm = {
@@ -94,15 +105,17 @@ def compile_program(program: Program, costs: StageCosts) -> Compiled:
     for rank, stream in enumerate(program.streams):
         row = []
         append = row.append
+        previous = None  # (stage, kind) of the rank's previous compute action
         for action in stream:
             kind, stage, mb = action.kind, action.stage, action.microbatch
             if not (0 <= stage < n and 0 <= mb < m):
                 raise ScheduleError(
                     f"rank {rank}: {action} is outside stages 0..{n - 1} or microbatches 0..{m - 1}"
                 )
-            table = compute.get(kind)
-            if table is not None:
-                append(table[stage])
+            choices = compute.get(kind)
+            if choices is not None:
+                append(choices[stage][previous != (stage, kind)])
+                previous = (stage, kind)
                 continue
             direction, offset, durations, is_send = comm[kind]
             sender = stage + offset

@@ -7,7 +7,8 @@ contention, every start and end time must agree exactly (integer nanoseconds), a
 memory table, busy time, makespan and bubble ratio. Cases: random valid schedules on random
 placements (V-like adjacent stages on one rank included) with random split backward, and every
 registered schedule at random sizes, all with random heterogeneous per-stage costs and random
-executor overheads (rank time per SEND and per RECV, and the step overhead added to the makespan).
+executor overheads (rank time per SEND and per RECV, the step overhead added to the makespan, and
+the cost of a compute action that does not repeat its rank's previous one).
 
 Link contention (one transfer at a time per directed link, in issue order) is one more kind of
 edge in the same graph, so the oracle checks it too, on a further set of random cases.
@@ -106,6 +107,8 @@ def random_costs(rng: random.Random, schedule: Schedule, contention: bool = Fals
         send_overhead=rng.choice([0, rng.randint(1, 5)]) * 1e-6,
         recv_overhead=rng.choice([0, rng.randint(1, 5)]) * 1e-6,
         step_overhead=rng.randint(0, 50) * 1e-6,
+        switch_forward=rng.choice([0, rng.randint(1, 9)]) * 1e-6,
+        switch_backward=rng.choice([0, rng.randint(1, 9)]) * 1e-6,
     )
 
 
@@ -125,10 +128,14 @@ def durations(costs: CostModel, action: Action) -> int:
     return ns(costs.backward_input) + ns(costs.backward_weight)
 
 
-def own_time(costs: CostModel, action: Action) -> int:
-    """Least time an action occupies its rank: compute time, or the SEND/RECV overhead."""
+def own_time(costs: CostModel, action: Action, previous: Action | None) -> int:
+    """Least time an action occupies its rank: compute time (plus the switch cost unless it
+    repeats the stage and kind of `previous`, the rank's previous compute action), or the
+    SEND/RECV overhead."""
     if action.kind.is_compute:
-        return durations(costs, action)
+        repeats = previous is not None and (previous.stage, previous.kind) == (action.stage, action.kind)
+        switch = costs.switch_forward if action.kind is Kind.F else costs.switch_backward
+        return durations(costs, action) + (0 if repeats else round(switch * NS))
     return round((costs.send_overhead if action.kind.is_send else costs.recv_overhead) * NS)
 
 
@@ -145,8 +152,9 @@ def critical_path(program, costs: CostModel) -> dict[tuple[int, int], tuple[int,
 
     Nodes: ('s', rank, i) and ('e', rank, i) per action, plus ('w', rank, i), the moment a
     SEND's transfer goes on the wire. Edges: e(i-1) -> s(i) (stream order); s(i) -> e(i)
-    weighted by the compute time (send_overhead for a SEND, recv_overhead for a RECV: e of
-    a SEND is when its rank moves on); s(SEND) -> w(SEND); w(SEND) ->
+    weighted by the compute time (plus the switch cost if the rank's previous compute action
+    had another stage or kind; send_overhead for a SEND, recv_overhead for a RECV: e of a
+    SEND is when its rank moves on); s(SEND) -> w(SEND); w(SEND) ->
     e(RECV) weighted by the transfer time; with link contention also w(previous SEND on the
     same directed link) -> w(SEND), weighted by that previous transfer's time. A SEND's row
     is its time on the wire.
@@ -157,11 +165,14 @@ def critical_path(program, costs: CostModel) -> dict[tuple[int, int], tuple[int,
     where = {}
     last_on_link: dict[tuple[int, int], tuple[tuple, int]] = {}
     for rank, stream in enumerate(program.streams):
+        last_compute = None
         for i, action in enumerate(stream):
             start, end = ("s", rank, i), ("e", rank, i)
             nodes += [start, end]
             where[action] = (rank, i)
-            edges[start].append((end, own_time(costs, action)))
+            edges[start].append((end, own_time(costs, action, last_compute)))
+            if action.kind.is_compute:
+                last_compute = action
             if i > 0:
                 edges[("e", rank, i - 1)].append((start, 0))
             if action.kind.is_send:
