@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 import schedules
-from schedules.timeline import memory_frame, timeline_frame
+from schedules.timeline import bubble_ratio, bubble_ratio_rank_span, memory_frame, timeline_frame
 
 from .clock import __doc__ as CLOCK_DOC
 
@@ -60,13 +60,12 @@ def step_metrics(timeline, ranks: int) -> list[dict[str, float]]:
         total_busy = float(busy.sum())
         span = compute.groupby("rank").agg(first=("start", "min"), last=("end", "max"))
         spans = float((span["last"] - span["first"]).sum())
-        box = ranks * makespan
         metrics.append(
             {
                 "step": int(step),
                 "makespan": makespan,
-                "bubble_ratio": (box - total_busy) / box if box > 0 else 0.0,
-                "bubble_ratio_rank_span": (spans - total_busy) / spans if spans > 0 else 0.0,
+                "bubble_ratio": bubble_ratio(ranks, makespan, total_busy),
+                "bubble_ratio_rank_span": bubble_ratio_rank_span(spans, total_busy),
             }
         )
     return metrics

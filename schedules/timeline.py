@@ -89,3 +89,21 @@ def read_table(path, kind: str = "timeline"):
         return frame[list(columns)].astype(dtypes)
     except (TypeError, ValueError) as exc:
         raise ScheduleError(f"{path}: a {kind} column has a malformed value ({exc})") from None
+
+
+def bubble_ratio(ranks: int, makespan: float, busy: float) -> float:
+    """Idle compute time over the ranks x makespan box (GPipe / zero-bubble definition).
+
+    `busy` is the compute time summed over ranks; 0 when the makespan is 0. The simulator
+    and the executor both report this, so it is defined here once.
+    """
+    box = ranks * makespan
+    return (box - busy) / box if box > 0 else 0.0
+
+
+def bubble_ratio_rank_span(spans: float, busy: float) -> float:
+    """Idle time inside each rank's own span (first to last compute) over the sum of spans.
+
+    `spans` and `busy` are summed over ranks; 0 when the spans are 0 (Qi et al. 2024).
+    """
+    return (spans - busy) / spans if spans > 0 else 0.0

@@ -36,6 +36,7 @@ from typing import Any
 import pandas as pd
 
 from schedules import Action, Kind, Program
+from schedules import timeline as schema
 from schedules.timeline import memory_frame, timeline_frame
 
 from .costs import NS_PER_S, CostModel, StageCosts
@@ -137,8 +138,7 @@ class SimResult:
     @property
     def bubble_ratio(self) -> float:
         """Total idle compute time over p x makespan (0 when the makespan is 0)."""
-        box = self.ranks * self.makespan_ns
-        return (box - sum(self.busy_ns)) / box if box else 0.0
+        return schema.bubble_ratio(self.ranks, self.makespan_ns, sum(self.busy_ns))
 
     @property
     def bubble_fraction(self) -> float:
@@ -150,7 +150,7 @@ class SimResult:
     def bubble_ratio_rank_span(self) -> float:
         """Idle time inside each rank's own span over the sum of spans (0 if spans are 0)."""
         spans = sum(end - start for start, end in self.span_ns)
-        return (spans - sum(self.busy_ns)) / spans if spans else 0.0
+        return schema.bubble_ratio_rank_span(spans, sum(self.busy_ns))
 
     @property
     def peak_activation_bytes(self) -> list[int]:
