@@ -10,9 +10,9 @@ import schedules
 from schedules import ScheduleError
 
 from . import measured_cli, sweep
-from .cost_args import add_cost_arguments, costs_from_args, names, positive_int
-from .calibration import Calibration, load_costs
-from .costs import CostError, CostModel
+from .cost_args import add_cost_arguments, costs_or_calibration, names, positive_int
+from .calibration import Calibration
+from .costs import CostError
 
 TEXT_COLUMNS = (
     "schedule", "ranks", "microbatches", "chunks", "makespan", "time_per_microbatch", "bubble_ratio",
@@ -69,17 +69,6 @@ def _fail(message: str) -> int:
     return 2
 
 
-def _costs(args: argparse.Namespace) -> CostModel | Calibration:
-    """The flags' cost model, or a calibration file's (resolved per schedule: its stages differ)."""
-    loaded = load_costs(args.costs) if args.costs else None
-    if not isinstance(loaded, Calibration):
-        return costs_from_args(args)
-    flags = [f"--{name.replace('_', '-')}" for name in measured_cli.COST_FLAGS if getattr(args, name) is not None]
-    if flags or args.no_contention:
-        raise CostError(f"{args.costs} is a calibration: its costs are not overridden by {', '.join(flags) or '--no-contention'}")
-    return loaded
-
-
 def run(args: argparse.Namespace) -> int:
     """Handle `sim compare`; returns the exit code."""
     if args.measured is not None:
@@ -90,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     args.microbatches = 8 if args.microbatches is None else args.microbatches
     args.chunks = 2 if args.chunks is None else args.chunks
     try:
-        costs = _costs(args)
+        costs = costs_or_calibration(args)
         chosen = args.schedules or schedules.available()
         configs = sweep.grid(chosen, [args.ranks], [args.microbatches], [args.chunks])
         records = []

@@ -6,8 +6,11 @@ import argparse
 import dataclasses
 import math
 
-from .costs import CostModel
+from .calibration import Calibration, load_costs
+from .costs import CostError, CostModel
 
+# The flags that change a cost model (a calibration is never changed by them).
+COST_FLAGS = ("forward", "backward", "weight", "comm_latency", "comm_bandwidth", "comm_bytes")
 # Used when neither a flag nor --costs gives a value: F = 1 s, I = 2 s, W = 0 (B = 3 s).
 DEFAULT_COSTS = CostModel(forward=1.0, backward_input=2.0, backward_weight=0.0)
 
@@ -54,7 +57,11 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
         "costs", "seconds per microbatch through one rank's share of the model (split evenly over its chunks); "
         "flags override --costs",
     )
-    group.add_argument("--costs", metavar="FILE.json", help="cost model file (sim.CostModel.to_json)")
+    group.add_argument(
+        "--costs", metavar="FILE.json",
+        help="cost model file (sim.CostModel.to_json), or a calibration from python -m sim calibrate "
+        "(resolved per schedule: its stages differ; not combined with the flags below)",
+    )
     group.add_argument("--forward", type=finite_float, metavar="S", help="forward time F (default 1)")
     group.add_argument(
         "--backward", type=finite_float, metavar="S",
@@ -99,3 +106,15 @@ def costs_from_args(args: argparse.Namespace) -> CostModel:
     if args.no_contention:
         changes["link_contention"] = False
     return dataclasses.replace(base, **changes) if changes else base
+
+
+def costs_or_calibration(args: argparse.Namespace) -> CostModel | Calibration:
+    """The flags' cost model, or the calibration that --costs names (which gives each
+    schedule the cost model of its own stages; flags cannot change it: CostError)."""
+    loaded = load_costs(args.costs) if args.costs else None
+    if not isinstance(loaded, Calibration):
+        return costs_from_args(args)
+    flags = [f"--{name.replace('_', '-')}" for name in COST_FLAGS if getattr(args, name) is not None]
+    if flags or args.no_contention:
+        raise CostError(f"{args.costs} is a calibration: its costs are not overridden by {', '.join(flags) or '--no-contention'}")
+    return loaded

@@ -9,11 +9,11 @@ from typing import Callable
 from schedules import ScheduleError
 
 from .calibration import Calibration, calibrate, load_costs
+from .cost_args import COST_FLAGS
 from .comparison import Comparison, compare_run
 from .costs import CostError, CostModel
 from .measured import MeasuredRun, read_measured
 
-COST_FLAGS = ("forward", "backward", "weight", "comm_latency", "comm_bandwidth", "comm_bytes")
 SIZE_FLAGS = ("schedules", "ranks", "microbatches", "chunks")
 
 

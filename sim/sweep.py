@@ -1,4 +1,8 @@
-"""Simulate many configurations (schedule, p, m, v) under one cost model into one table."""
+"""Simulate many configurations (schedule, p, m, v) under one cost model into one table.
+
+The costs are one `CostModel` for every configuration, or a `Calibration`, which gives
+each schedule the cost model of its own stages (the same model cut into more stages).
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,8 @@ import schedules
 from schedules import Schedule, ScheduleError
 from schedules.lowering import insert_comms
 
-from .costs import CostModel
+from .calibration import Calibration
+from .costs import CostError, CostModel
 from .engine import simulate
 
 # One row per configuration; every column is a scalar so the table reads back from CSV as is.
@@ -73,12 +78,13 @@ def table(records: Iterable[dict]) -> pd.DataFrame:
 
 def run(
     configs: Iterable[Config],
-    costs: CostModel,
+    costs: CostModel | Calibration,
     progress: Callable[[Iterable[Config]], Iterable[Config]] = lambda it: it,
 ) -> tuple[pd.DataFrame, list[tuple[Config, str]]]:
     """Simulate every configuration; returns the table and the (config, reason) pairs skipped
-    because the schedule cannot run at those sizes. A cost model that does not fit a schedule
-    (CostError) is not skipped: it propagates."""
+    because the schedule cannot run at those sizes, or because a calibration cannot cut its
+    model into that many stages. A cost model that does not fit a schedule (CostError) is
+    not skipped: it propagates."""
     records, skipped = [], []
     for config in progress(configs):
         try:
@@ -86,5 +92,13 @@ def run(
         except ScheduleError as exc:
             skipped.append((config, str(exc)))
             continue
-        records.append(summarize(schedule, costs))
+        if isinstance(costs, Calibration):
+            try:
+                model = costs.cost_model(schedule.num_stages)
+            except CostError as exc:
+                skipped.append((config, str(exc)))
+                continue
+        else:
+            model = costs
+        records.append(summarize(schedule, model))
     return table(records), skipped

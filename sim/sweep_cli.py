@@ -10,7 +10,7 @@ import schedules
 from schedules import ScheduleError
 
 from . import sweep
-from .cost_args import add_cost_arguments, costs_from_args, names, positive_ints
+from .cost_args import add_cost_arguments, costs_or_calibration, names, positive_ints
 from .costs import CostError
 
 
@@ -21,7 +21,8 @@ def add_parser(subparsers) -> None:
         help="simulate every combination of schedules, p, m and v into one table (CSV or JSON)",
         description=(
             "Simulate every combination of the given schedules, ranks, microbatches and chunks "
-            "(chunks only vary schedules that take it) under one cost model and write one table, "
+            "(chunks only vary schedules that take it) under one cost model (or a calibration, which cuts "
+            "its model into each schedule's stages) and write one table, "
             "one row per configuration, with the columns: " + ", ".join(sweep.TABLE_COLUMNS) + ". "
             "Combinations a schedule cannot run are skipped and counted on stderr. Read it back with "
             "pandas.read_csv (or pandas.read_json for --out FILE.json)."
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         return tqdm(items, total=len(items), desc="sweep", unit="config", file=sys.stderr, disable=args.no_progress)
 
     try:
-        costs = costs_from_args(args)
+        costs = costs_or_calibration(args)
         configs = sweep.grid(args.schedules or schedules.available(), args.ranks, args.microbatches, args.chunks)
         frame, skipped = sweep.run(configs, costs, progress=progress)
     except (ScheduleError, CostError) as exc:

@@ -344,3 +344,27 @@ def test_posts_before_places_receives_like_the_executor():
     # k=2: 1RECV_F1 goes before F0; with 0 every receive is posted inside its RECV.
     assert posts_before(rank1, 2) == [1, 1, 0, 0, 0, 0, 0, 0]
     assert posts_before(rank1, 0) == [0] * 8
+
+
+def test_sweep_predicts_from_a_calibration_file(calibration_run, tmp_path, capsys):
+    """`sim sweep --costs CALIBRATION`: each configuration gets the cost model of its own
+    stages, so every row equals that schedule's synthetic (true) run; a stage count the
+    model's 8 layers cannot fill is skipped with the calibration's reason."""
+    import pandas as pd
+
+    costs = tmp_path / "costs.json"
+    calibrate(read_measured(calibration_run)).to_json(costs)
+    out = tmp_path / "sweep.csv"
+    code, _, err = run_cli(capsys, "sweep", "--costs", costs, "--schedules", "gpipe,interleaved", "--ranks", "2",
+                           "--microbatches", "2,4", "--chunks", "2,8", "--out", out, "--no-progress")
+    assert code == 0, err
+    table = pd.read_csv(out)
+    assert len(table) == 4  # gpipe m=2,4 and interleaved v=2 m=2,4; v=8 would need 16 stages
+    assert "skipped 2 of 6" in err and "fewer than the program's 16 stages" in err
+    for row in table.itertuples():
+        chunks = None if row.schedule == "gpipe" else int(row.chunks)
+        schedule = schedules.build(row.schedule, ranks=2, microbatches=int(row.microbatches), chunks=chunks)
+        truth = simulate(schedule, true_costs(schedule.num_stages))
+        assert row.makespan == pytest.approx(truth.makespan, rel=1e-12)
+    code, _, err = run_cli(capsys, "sweep", "--costs", costs, "--comm-latency", "1")
+    assert code == 2 and "is a calibration" in err
