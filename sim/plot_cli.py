@@ -45,7 +45,8 @@ def add_parser(subparsers) -> None:
     )
     measured.add_argument(
         "--overlay", action="store_true",
-        help="simulate the run's program.json with the cost flags and draw it under the measurement",
+        help="simulate the run's program.json and draw it under the measurement: with the cost flags if any "
+        "is given, else with --costs (a cost model or a calibration), else calibrated from the run itself",
     )
     plot.add_argument("--dpi", type=positive_int, default=150, help="image resolution (default 150)")
     plot.set_defaults(func=run_plot)

@@ -8,7 +8,8 @@ from typing import Sequence
 
 from schedules import Schedule, ScheduleError, build, generator
 
-from .cost_args import costs_from_args
+from .calibration import Calibration
+from .cost_args import COST_FLAGS, costs_from_args, costs_or_calibration
 from .costs import CostModel
 from .engine import simulate
 from .plot import plot_compare, plot_overlay, plot_timeline
@@ -20,8 +21,12 @@ MEMORY_UNIT_LABEL = "microbatch units"
 MEMORY_UNIT_NOTE = "memory unit: one microbatch's activations of one rank's share"
 
 
-def describe_costs(costs: CostModel) -> str:
+def describe_costs(costs: CostModel | Calibration) -> str:
     """One line naming the compute (and transfer) costs, for figure titles."""
+    if isinstance(costs, Calibration):
+        source = costs.source
+        return (f"costs: calibrated on a {source.get('schedule')} m={source.get('microbatches')} run of "
+                f"{costs.model.get('model')} ({costs.num_layers} layers, {costs.rows} rows per microbatch)")
     def show(value) -> str:
         return f"{value:g} s" if isinstance(value, (int, float)) else "per stage"
 
@@ -45,13 +50,30 @@ def build_for(name: str, ranks: int, microbatches: int, chunks: int | None) -> S
 
 
 def simulate_named(names: Sequence[str], ranks: int, microbatches: int, chunks: int | None,
-                   costs: CostModel) -> dict[str, SimResult]:
+                   costs: CostModel | Calibration) -> dict[str, SimResult]:
     """Simulate each named schedule at one size; raises ScheduleError naming a bad one."""
     results = {}
     for name in names:
         schedule = build_for(name, ranks, microbatches, chunks)
-        results[name] = simulate(schedule, costs)
+        results[name] = simulate(schedule, model_for(costs, schedule))
     return results
+
+
+def model_for(costs: CostModel | Calibration, schedule: Schedule) -> CostModel:
+    """`costs` itself, or a calibration's cost model for the schedule's stages."""
+    return costs.cost_model(schedule.num_stages) if isinstance(costs, Calibration) else costs
+
+
+def overlay_costs(args: argparse.Namespace, run) -> CostModel:
+    """Costs for simulating a measured run under it: the cost flags' model if any flag is
+    given; else --costs (a cost model, or a calibration cut to the run's stages); else a
+    calibration from the run itself (its replay)."""
+    from .measured import read_measured
+    from .measured_cli import resolve_costs
+
+    if any(getattr(args, name) is not None for name in COST_FLAGS) or args.no_contention:
+        return costs_from_args(args)
+    return resolve_costs(args.costs, read_measured(run.path))[0]
 
 
 def _schedule_names(text: str) -> list[str]:
@@ -63,14 +85,13 @@ def _schedule_names(text: str) -> list[str]:
 
 def execute(args: argparse.Namespace) -> list[Path]:
     """Run one `sim plot` invocation; returns the files written."""
-    costs = costs_from_args(args)
     out = Path(args.output)
     written = [out]
     if args.run is not None:
         run = read_run(args.run)
         warmup = args.warmup
         if args.overlay:
-            simulated = simulate(run_program(run), costs)
+            simulated = simulate(run_program(run), overlay_costs(args, run))
             plot_overlay(run.timeline, simulated.timeline, name=run.name, step=args.step, warmup=warmup,
                          path=out, dpi=args.dpi)
         else:
@@ -82,6 +103,7 @@ def execute(args: argparse.Namespace) -> list[Path]:
         return written
     if args.step is not None or args.warmup or args.overlay:
         raise ScheduleError("--step, --warmup and --overlay apply to a measured run (--run DIR)")
+    costs = costs_or_calibration(args)
     if args.compare is not None:
         if args.trace:
             raise ScheduleError("--trace writes one timeline: use it with --schedule or --run, not --compare")
@@ -96,7 +118,7 @@ def execute(args: argparse.Namespace) -> list[Path]:
         return written
     # One named schedule: an explicit --chunks it cannot take is an error, not ignored.
     schedule = build(args.schedule, ranks=args.ranks, microbatches=args.microbatches, chunks=args.chunks)
-    result = simulate(schedule, costs)
+    result = simulate(schedule, model_for(costs, schedule))
     note = describe_costs(costs) + (f"\n{MEMORY_UNIT_NOTE}" if args.memory else "")
     plot_timeline(result.timeline, result.memory if args.memory else None, name=args.schedule, comm=args.comm,
                   unit_bytes=result.activation_unit_bytes, unit_label=MEMORY_UNIT_LABEL, note=note, path=out,

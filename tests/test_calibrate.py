@@ -368,3 +368,31 @@ def test_sweep_predicts_from_a_calibration_file(calibration_run, tmp_path, capsy
         assert row.makespan == pytest.approx(truth.makespan, rel=1e-12)
     code, _, err = run_cli(capsys, "sweep", "--costs", costs, "--comm-latency", "1")
     assert code == 2 and "is a calibration" in err
+
+
+def test_plot_overlay_calibrates_from_the_run_and_plots_take_calibrations(calibration_run, tmp_path, capsys):
+    """`sim plot --run DIR --overlay` without cost flags simulates the run under a calibration
+    from the run itself (its replay equals the synthetic run); --costs may be a calibration
+    for overlays and for plots of named schedules."""
+    import argparse
+
+    from sim.plot_commands import overlay_costs
+    from sim.plot_run import read_run
+
+    args = argparse.Namespace(costs=None, no_contention=False, forward=None, backward=None, weight=None,
+                              comm_latency=None, comm_bandwidth=None, comm_bytes=None)
+    run = read_measured(calibration_run)
+    replay = simulate(run.program, overlay_costs(args, read_run(calibration_run)))
+    assert replay.makespan == pytest.approx(simulate(run.program, true_costs(2)).makespan, rel=1e-12)
+    flagged = overlay_costs(argparse.Namespace(**{**vars(args), "forward": 3.0}), read_run(calibration_run))
+    assert flagged.forward == 3.0  # a cost flag means: these costs, not a calibration
+    costs = tmp_path / "costs.json"
+    calibrate(run).to_json(costs)
+    png = tmp_path / "p.png"
+    for argv in (["--run", calibration_run, "--overlay"], ["--run", calibration_run, "--overlay", "--costs", costs],
+                 ["--compare", "gpipe,interleaved", "--ranks", "2", "--microbatches", "4", "--costs", costs],
+                 ["--schedule", "1f1b", "--ranks", "2", "--microbatches", "4", "--costs", costs]):
+        code, _, err = run_cli(capsys, "plot", *argv, "-o", png)
+        assert code == 0, (argv, err)
+        assert png.read_bytes()[:4] == b"\x89PNG"
+        png.unlink()
