@@ -183,6 +183,7 @@ def validate_model(name: str, args) -> list[dict]:
                 "model": name, "calibration": entry, "schedule": schedule, "microbatches": m,
                 "chunks": CHUNKS.get(schedule, 1), "measured_ms": 1e3 * measured,
                 "runs_min_ms": 1e3 * min(times), "runs_max_ms": 1e3 * max(times), "runs": len(times),
+                "runs_ms": " ".join(f"{1e3 * t:.1f}" for t in times),
                 "predicted_ms": 1e3 * predicted, "error_pct": 100 * (predicted - measured) / measured,
                 "others_cpu_pct_max": 100 * max(o for _, o in runs[(schedule, m)]),
             })
@@ -190,19 +191,48 @@ def validate_model(name: str, args) -> list[dict]:
 
 
 def rankings(table: pd.DataFrame) -> list[dict]:
-    """Per model, calibration and m: schedules ordered by measured and by predicted step time."""
+    """Per model, calibration and m: schedules ordered by measured and by predicted step time.
+
+    Besides the strict order of the medians, two checks that account for run-to-run
+    noise: ``round_orders`` (the order in each round alone: if they differ, the medians'
+    order is not reproducible) and ``pairs``: every pair of schedules whose repeated runs
+    do not overlap (all runs of one faster than all runs of the other) is a measured
+    difference, and ``significant_same`` says whether the prediction orders every such
+    pair the same way. Pairs whose runs overlap are ties at this noise level.
+    """
     out = []
     for (model, calibration, m), group in table.groupby(["model", "calibration", "microbatches"], sort=False):
         measured = list(group.sort_values("measured_ms")["schedule"])
         predicted = list(group.sort_values("predicted_ms")["schedule"])
+        runs = {r.schedule: [float(x) for x in str(r.runs_ms).split()] for r in group.itertuples()}
+        predicted_ms = dict(zip(group["schedule"], group["predicted_ms"]))
+        rounds = min(len(v) for v in runs.values())
+        round_orders = [sorted(runs, key=lambda s: runs[s][k]) for k in range(rounds)]
+        pairs = []
+        names = list(runs)
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                if max(runs[a]) < min(runs[b]):
+                    faster, slower = a, b
+                elif max(runs[b]) < min(runs[a]):
+                    faster, slower = b, a
+                else:
+                    continue
+                pairs.append({"faster": faster, "slower": slower,
+                              "predicted_same": bool(predicted_ms[faster] < predicted_ms[slower])})
         out.append({"model": model, "calibration": calibration, "microbatches": int(m),
-                    "measured_order": measured, "predicted_order": predicted, "same": measured == predicted})
+                    "measured_order": measured, "predicted_order": predicted, "same": measured == predicted,
+                    "round_orders": round_orders,
+                    "rounds_agree": all(o == round_orders[0] for o in round_orders),
+                    "significant_pairs": pairs,
+                    "significant_same": all(p["predicted_same"] for p in pairs)})
     return out
 
 
 def plot(table: pd.DataFrame, path: Path) -> None:
     """Per model: measured (filled, solid; bars: range of the repeated runs) and predicted
-    (open, dashed) step time against m, for the first calibration."""
+    (open, dashed) step time per microbatch against m, for the first calibration (per
+    microbatch, so that the few percent between schedules are visible at every m)."""
     from matplotlib.figure import Figure
 
     from sim.plot_figures import shrink_png
@@ -218,11 +248,12 @@ def plot(table: pd.DataFrame, path: Path) -> None:
         part = table[table["model"] == model]
         for schedule, rows in part.groupby("schedule", sort=False):
             rows = rows.sort_values("microbatches")
+            m = rows["microbatches"]
             colour = colours.get(schedule, OKABE_ITO["black"])
-            spread = [rows["measured_ms"] - rows["runs_min_ms"], rows["runs_max_ms"] - rows["measured_ms"]]
-            ax.errorbar(rows["microbatches"], rows["measured_ms"], yerr=spread, fmt="o-", color=colour, capsize=2,
+            spread = [(rows["measured_ms"] - rows["runs_min_ms"]) / m, (rows["runs_max_ms"] - rows["measured_ms"]) / m]
+            ax.errorbar(m, rows["measured_ms"] / m, yerr=spread, fmt="o-", color=colour, capsize=2,
                         label=f"{schedule} measured")
-            ax.plot(rows["microbatches"], rows["predicted_ms"], "s--", color=colour, markerfacecolor="white",
+            ax.plot(m, rows["predicted_ms"] / m, "s--", color=colour, markerfacecolor="white",
                     label=f"{schedule} predicted")
         mape = part["error_pct"].abs().mean()
         ax.set_title(f"{model}: MAPE {mape:.1f}% over {len(part)} held-out cases", fontsize=9)
@@ -230,7 +261,7 @@ def plot(table: pd.DataFrame, path: Path) -> None:
         ticks = sorted(part["microbatches"].unique())
         ax.set_xticks(ticks, labels=[str(m) for m in ticks])
         ax.set_xlabel("microbatches m (fixed microbatch size)")
-        ax.set_ylabel("median step time (ms)")
+        ax.set_ylabel("median step time / m (ms)")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7, frameon=False)
     fig.suptitle(f"Simulator calibrated on one run ({first.replace(':', ', m=')}) vs executor: 2 ranks, gloo on CPU",
@@ -298,8 +329,13 @@ def main(argv=None) -> int:
         print(f"{key}: MAPE {mape:.2f}% (largest |error| {summary['max_abs_error_pct'][key]:.2f}%)")
     for r in summary["rankings"]:
         verdict = "same order" if r["same"] else "DIFFERENT order"
+        rounds = "rounds agree" if r["rounds_agree"] else "rounds disagree: " + ", ".join(
+            " < ".join(o) for o in r["round_orders"])
+        pairs = "; ".join(f"{p['faster']} < {p['slower']} ({'predicted' if p['predicted_same'] else 'NOT predicted'})"
+                          for p in r["significant_pairs"]) or "none"
         print(f"{r['model']} ({r['calibration']}) m={r['microbatches']}: measured {' < '.join(r['measured_order'])}; "
-              f"predicted {' < '.join(r['predicted_order'])} ({verdict})")
+              f"predicted {' < '.join(r['predicted_order'])} ({verdict}); {rounds}; "
+              f"differences beyond the runs' spread: {pairs}")
     return 0
 
 
