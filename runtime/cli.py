@@ -24,7 +24,7 @@ import torch.distributed as dist
 import schedules
 
 from .errors import ConfigError, PeerError
-from .executor import RunOptions, default_device, execute, prepare
+from .executor import POST_AHEAD_NAMES, RunOptions, default_device, execute, prepare
 from .models import MODELS, ModelSpec, build
 from .profile import clear_profile, collect, write_profile
 from .record import clear_summary, format_summary, write_outputs
@@ -55,8 +55,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--warmup", type=int, default=2, help="unmeasured steps before them")
     run.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for a peer before failing")
     run.add_argument("--check", action="store_true", help="compare loss and gradients with a one-process run")
-    run.add_argument("--post-ahead", type=int, default=1, metavar="K",
-                     help="post each receive K compute actions before its RECV (default 1; 0: at the RECV)")
+    run.add_argument("--post-ahead", type=post_ahead, default="auto", metavar="K|step|auto",
+                     help="post each receive K compute actions before its RECV (0: at the RECV), or every "
+                     "receive of a step at its start ('step'); default auto: 'step' on gloo, 1 on NCCL")
     run.add_argument("--profile-layers", action="store_true",
                      help="after the steps, time F/B of each stage role at 1, 2 and 4 layers (profile.json, for sim calibrate)")
     run.add_argument("--profile-p2p", action="store_true",
@@ -82,6 +83,19 @@ def load_program(args: argparse.Namespace, world_size: int) -> schedules.Program
         return schedules.lower(schedule)
     except schedules.ScheduleError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def post_ahead(text: str) -> int | str:
+    """argparse type of --post-ahead: a count of compute actions, 'step' or 'auto'."""
+    if text in POST_AHEAD_NAMES:
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more compute actions, 'step' or 'auto'; got {text!r}")
+    return value
 
 
 def parse_split(text: str | None) -> tuple[int, ...] | None:

@@ -3,15 +3,18 @@
 A transfer is named by its key ``(direction, sending stage, microbatch)`` (direction 0
 for activations, 1 for gradients); both ends derive the same key from their action.
 
-Two transports:
+Both transports open one two-rank process group per direction of each communicating
+pair, so traffic A->B never shares a connection, a lock or a stream with B->A. On gloo
+this matters: its TCP transport has one connection per rank pair and group, carrying
+both directions, whose event-loop thread holds the pair's lock while it moves a payload
+and whose isend/irecv calls take the same lock (gloo/transport/tcp/pair.cc).
 
-- ``tagged`` (gloo): one process group; each transfer carries a tag made from its key,
-  so a receive matches its send whatever order either side posts them in.
-- ``ordered`` (NCCL, which ignores tags and matches in posting order): one two-rank
-  group per direction of each communicating pair, so traffic A->B never queues behind
-  B->A on a shared stream; and a receive is posted, together with every earlier
-  transfer of the same sender->receiver direction not yet posted, in the sender's
-  order (`posting_plan`), so posting order always agrees with the sender's.
+- ``tagged`` (gloo): each transfer carries a tag made from its key, so a receive
+  matches its send whatever order either side posts them in.
+- ``ordered`` (NCCL, which ignores tags and matches in posting order): a receive is
+  posted, together with every earlier transfer of the same sender->receiver direction
+  not yet posted, in the sender's order (`posting_plan`), so posting order always
+  agrees with the sender's.
 """
 
 from __future__ import annotations
@@ -106,12 +109,11 @@ class Transport:
         # Above every transfer's tag, so shape messages never match a transfer.
         self._meta_tag = 2 * program.schedule.num_stages * self._m
         self._groups: dict[tuple[int, int], dist.ProcessGroup | None] = {}
-        if kind == "ordered":
-            # new_group is collective over the world: every rank creates every group, in order.
-            for pair in directed_pairs(program):
-                group = dist.new_group(list(pair))
-                if rank in pair:
-                    self._groups[pair] = group
+        # new_group is collective over the world: every rank creates every group, in order.
+        for pair in directed_pairs(program):
+            group = dist.new_group(list(pair))
+            if rank in pair:
+                self._groups[pair] = group
 
     def close(self) -> None:
         """Destroy the per-direction groups this run created (every rank calls this)."""

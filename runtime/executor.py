@@ -7,9 +7,10 @@ Per action:
   (the lowering puts each RECV right before its consumer, so the RECV's row in the
   timeline is the time the rank waited for the data). With `post_ahead` k > 0 the
   receive is posted k compute actions earlier than its RECV (at most k more receive
-  buffers per rank), so the transfer can land while the rank computes; the RECV row
-  still runs from reaching the RECV to the data being there. The order of compute
-  and of sends is never changed.
+  buffers per rank), so the transfer can land while the rank computes; with "step"
+  every receive of the step is posted at its start (one buffer per incoming transfer
+  of the step). The RECV row still runs from reaching the RECV to the data being
+  there. The order of compute and of sends is never changed.
 - F / B / I / W run on the stage (see stage.py); an output headed for a stage on the
   same rank is handed over in memory, one headed elsewhere waits in a mailbox for
   its SEND.
@@ -50,6 +51,7 @@ from .record import RunResult, summarize
 from .stage import Stage
 
 F_, B_, I_, W_, SEND_, RECV_, POST_ = range(7)
+POST_AHEAD_NAMES = ("auto", "step")
 _CODE = {Kind.F: F_, Kind.B: B_, Kind.I: I_, Kind.W: W_,
          Kind.SEND_F: SEND_, Kind.SEND_B: SEND_, Kind.RECV_F: RECV_, Kind.RECV_B: RECV_}
 
@@ -59,9 +61,15 @@ class RunOptions:
     """How to run: measured steps after warm-up steps, the peer timeout, --check, the split.
 
     `transport` None picks "ordered" on NCCL and "tagged" otherwise (see comm.py);
-    `post_ahead` posts each receive that many compute actions before its RECV (0: at it).
-    The default 1 lets a transfer start when its SEND is posted, which is what the
-    simulator assumes; gloo moves data only once the receive is posted.
+    `post_ahead` posts each receive that many compute actions before its RECV (0: at
+    it), or, with "step", every receive of a step at the step's start. "auto" (the
+    default) is "step" on gloo and 1 on NCCL. gloo moves a payload only once its
+    receive is posted: a send that finds it posted is written by the calling thread at
+    once, a send that does not waits for gloo's event-loop threads, which on a busy CPU
+    wait for a free core; posting every receive first makes every send the first kind
+    and takes the posting (and its lock) out of the step's critical path. Receive
+    buffers are host memory there; on NCCL each early receive holds device memory, so
+    the default looks one compute action ahead.
     """
 
     steps: int = 1
@@ -71,7 +79,7 @@ class RunOptions:
     tolerance: float = reference.TOLERANCE
     split: tuple[int, ...] | None = None
     transport: str | None = None
-    post_ahead: int = 1
+    post_ahead: int | str = "auto"
 
     def validate(self) -> None:
         if not isinstance(self.steps, int) or self.steps < 1:
@@ -80,10 +88,20 @@ class RunOptions:
             raise ConfigError(f"--warmup must be 0 or more; got {self.warmup!r}")
         if not self.timeout > 0:
             raise ConfigError(f"--timeout must be positive seconds; got {self.timeout!r}")
-        if not isinstance(self.post_ahead, int) or self.post_ahead < 0:
-            raise ConfigError(f"--post-ahead must be 0 or more compute actions; got {self.post_ahead!r}")
+        if self.post_ahead not in POST_AHEAD_NAMES and (
+            not isinstance(self.post_ahead, int) or isinstance(self.post_ahead, bool) or self.post_ahead < 0
+        ):
+            raise ConfigError(
+                f"--post-ahead must be 0 or more compute actions, 'step' or 'auto'; got {self.post_ahead!r}"
+            )
         if self.transport is not None and self.transport not in TRANSPORTS:
             raise ConfigError(f"transport must be one of {', '.join(TRANSPORTS)}; got {self.transport!r}")
+
+    def resolved_post_ahead(self, backend: str) -> int | str:
+        """`post_ahead` with "auto" replaced by the backend's default ("step" or 1)."""
+        if self.post_ahead == "auto":
+            return 1 if backend == "nccl" else "step"
+        return self.post_ahead
 
 
 @dataclass(frozen=True, eq=False)
@@ -162,8 +180,8 @@ class Session:
         self._closed = False
         try:
             self._runner.agree_shapes()
-        except BaseException:
-            self.close()
+        except BaseException as exc:
+            self.close(keep_groups=isinstance(exc, PeerError))
             raise
 
     def named_parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
@@ -190,17 +208,22 @@ class Session:
         dist.broadcast_object_list(verdict, src=0)
         return result if result is not None else RunResult(rank=runner.rank, passed=verdict[0])
 
-    def close(self) -> None:
-        """Give the modules back their own forward and drop this run's groups (idempotent)."""
+    def close(self, keep_groups: bool = False) -> None:
+        """Give the modules back their own forward and drop this run's groups (idempotent).
+
+        `keep_groups` leaves the groups alone: after a peer failed, destroying a group
+        with receives still posted to the dead peer can block until they time out, so
+        the caller could not report the failure before a launcher stops it.
+        """
         if not self._closed:
             self._closed = True
-            self._runner.close()
+            self._runner.close(keep_groups)
 
     def __enter__(self) -> "Session":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        self.close(keep_groups=exc_type is not None and issubclass(exc_type, PeerError))
 
 
 @dataclass
@@ -341,7 +364,9 @@ class _Runner:
         split_mbs = {(a.stage, a.microbatch) for a in self.stream if a.kind is Kind.I}
         plan = posting_plan(self.plan.program, self.rank) if self.transport.kind == "ordered" else {}
         recv_row = {transfer_key(a): i for i, a in enumerate(self.stream) if a.kind.is_recv}
-        ahead = self.plan.options.post_ahead
+        ahead = self.plan.options.resolved_post_ahead(self.backend)
+        if ahead == "step":
+            ahead = len(self.stream)  # more than the compute actions before any RECV: all at the start
         early: dict[int, list] = {}  # stream position -> receives to post before it
         if ahead:
             computes = [i for i, a in enumerate(self.stream) if a.kind.is_compute]
@@ -564,7 +589,8 @@ class _Runner:
             "check": check,
         }
 
-    def close(self) -> None:
+    def close(self, keep_groups: bool = False) -> None:
         for stage in self.stages.values():
             stage.close()
-        self.transport.close()
+        if not keep_groups:
+            self.transport.close()

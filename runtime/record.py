@@ -129,7 +129,7 @@ def summarize(plan, payloads: list[dict[str, Any]], backend: str, device: torch.
         "stage_costs": stages,
         "backend": backend,
         "transport": plan.options.transport or ("ordered" if backend == "nccl" else "tagged"),
-        "post_ahead": plan.options.post_ahead,
+        "post_ahead": plan.options.resolved_post_ahead(backend),
         "device": device.type if device.type == "cpu" else torch.cuda.get_device_name(device),
         "torch_version": torch.__version__,
         "torch_threads": torch.get_num_threads(),

@@ -355,8 +355,7 @@ def executor_overheads(run: MeasuredRun) -> tuple[float, float, float]:
     """(dispatch, send, recv) rank time per action, seconds (module docstring): least squares
     of every gap between consecutive actions of a rank on one constant per kind of the action
     before the gap (compute, SEND, RECV) plus a cost per receive posted in the gap."""
-    post_ahead = int(run.summary.get("post_ahead", 0))
-    posts = [posts_before(stream, post_ahead) for stream in run.program.streams]
+    posts = [posts_before(stream, run.summary.get("post_ahead", 0)) for stream in run.program.streams]
     kinds = [[_GAP_KIND[a.kind.value[:4]] for a in stream] for stream in run.program.streams]
     rows, gaps = [], []
     for (_, rank), frame in run.timeline.groupby(["step", "rank"], sort=True):
@@ -387,12 +386,14 @@ def executor_overheads(run: MeasuredRun) -> tuple[float, float, float]:
 _GAP_KIND = {"F": 0, "B": 0, "I": 0, "W": 0, "SEND": 1, "RECV": 2}
 
 
-def posts_before(stream, post_ahead: int) -> list[int]:
+def posts_before(stream, post_ahead: int | str) -> list[int]:
     """Per position of a rank's stream, how many receives the executor posts just before that
     action (runtime/executor.py: a RECV's receive goes before the compute action `post_ahead`
-    compute actions ahead of the RECV, or before the first action; with 0 it is posted
-    inside the RECV, so no gap holds it)."""
+    compute actions ahead of the RECV, or before the first action; with "step" every one
+    goes before the first action; with 0 it is posted inside the RECV, so no gap holds it)."""
     counts = [0] * len(stream)
+    if post_ahead == "step":
+        post_ahead = len(stream)
     if post_ahead <= 0:
         return counts
     computes = [i for i, a in enumerate(stream) if a.kind.is_compute]

@@ -138,6 +138,9 @@ def _check_summary(summary: dict, program: Program, where: Path) -> None:
         raise ScheduleError(f"{where}: peak_activation_bytes must list {schedule.ranks} byte counts, one per rank")
     if not isinstance(summary["model"], dict):
         raise ScheduleError(f"{where}: model must be an object of model flags")
+    ahead = summary.get("post_ahead", 0)
+    if ahead != "step" and (isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 0):
+        raise ScheduleError(f"{where}: post_ahead must be a count of compute actions or 'step', got {ahead!r}")
 
 
 def _check_timeline(timeline: pd.DataFrame, program: Program, steps: int, where: Path) -> None:

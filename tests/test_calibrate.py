@@ -262,6 +262,10 @@ def broken(tmp_path: Path, source: Path, how: str) -> Path:
         (path / "timeline.csv").write_text("\n".join(text) + "\n")
     elif how == "bad-profile":
         (path / "profile.json").write_text(json.dumps({"layers": {"rows": ROWS, "records": [{"role": "top"}]}}))
+    elif how == "bad-post-ahead":
+        summary = json.loads((path / "summary.json").read_text())
+        summary["post_ahead"] = "soon"
+        (path / "summary.json").write_text(json.dumps(summary))
     elif how == "no-layer-ranges":
         summary = json.loads((path / "summary.json").read_text())
         del summary["stage_costs"][0]["layers"]
@@ -278,6 +282,7 @@ def broken(tmp_path: Path, source: Path, how: str) -> Path:
     ("bad-time", "not a finite number"),
     ("bad-profile", "malformed"),
     ("no-layer-ranges", "layer range"),
+    ("bad-post-ahead", "post_ahead"),
 ])
 def test_broken_run_directories_get_one_line_errors(calibration_run, tmp_path, capsys, how, message):
     path = tmp_path / "missing" if how == "missing" else broken(tmp_path, calibration_run, how)
@@ -343,6 +348,8 @@ def test_posts_before_places_receives_like_the_executor():
     assert posts_before(rank1, 1) == [1, 0, 1, 0, 0, 0, 0, 0]
     # k=2: 1RECV_F1 goes before F0; with 0 every receive is posted inside its RECV.
     assert posts_before(rank1, 2) == [1, 1, 0, 0, 0, 0, 0, 0]
+    # "step": every receive of the step before the first action.
+    assert posts_before(rank1, "step") == [2, 0, 0, 0, 0, 0, 0, 0]
     assert posts_before(rank1, 0) == [0] * 8
 
 

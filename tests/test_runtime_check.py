@@ -94,11 +94,15 @@ def configurations(p: int) -> list[dict]:
             {"schedule": "zbv", "m": 4, "model": "gpt", "transport": "ordered", "steps": 2},
             {"schedule": "interleaved", "m": 4, "model": "gpt", "post_ahead": 1},
             {"schedule": "zbv", "m": 5, "model": "mlp", "post_ahead": 2, "transport": "ordered"},
+            {"schedule": "interleaved", "m": 4, "model": "mlp", "post_ahead": "step"},
+            {"schedule": "zbv", "m": 4, "model": "mlp", "post_ahead": "step", "transport": "ordered"},
+            {"schedule": "zb-h2", "m": 5, "model": "gpt", "post_ahead": "auto"},
         ]
     else:
         configs += [
             {"schedule": "1f1b", "m": 9, "model": "gpt", "post_ahead": 1},
             {"schedule": "zbv", "m": 8, "model": "gpt", "post_ahead": 1, "transport": "ordered"},
+            {"schedule": "interleaved", "m": 8, "model": "mlp", "post_ahead": "step"},
         ]
     configs.append({"schedule": "1f1b", "m": 3, "model": "sum-loss"})
     return configs

@@ -291,9 +291,30 @@ def test_send_rows_end_when_the_matching_receive_ends():
         (RunOptions(warmup=-1), "--warmup must be 0 or more"),
         (RunOptions(timeout=0), "--timeout must be positive"),
         (RunOptions(post_ahead=-1), "--post-ahead must be 0 or more"),
+        (RunOptions(post_ahead="soon"), "'step' or 'auto'"),
+        (RunOptions(post_ahead=True), "--post-ahead must be 0 or more"),
         (RunOptions(transport="udp"), "transport must be one of tagged, ordered"),
     ],
 )
 def test_run_option_errors(options, message):
     with pytest.raises(ConfigError, match=message):
         options.validate()
+
+
+def test_post_ahead_auto_is_step_on_gloo_and_one_on_nccl():
+    assert RunOptions().resolved_post_ahead("gloo") == "step"
+    assert RunOptions().resolved_post_ahead("nccl") == 1
+    assert RunOptions(post_ahead=0).resolved_post_ahead("gloo") == 0
+    assert RunOptions(post_ahead="step").resolved_post_ahead("nccl") == "step"
+
+
+def test_post_ahead_flag_parses_counts_and_names():
+    import argparse
+
+    from runtime.cli import post_ahead
+
+    assert post_ahead("3") == 3 and post_ahead("0") == 0
+    assert post_ahead("step") == "step" and post_ahead("auto") == "auto"
+    for bad in ("-1", "later", "1.5"):
+        with pytest.raises(argparse.ArgumentTypeError, match="'step' or 'auto'"):
+            post_ahead(bad)
