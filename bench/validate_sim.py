@@ -6,8 +6,9 @@ Run (about 25 minutes on 2 cores; run it when the machine is otherwise idle):
 
 Per model (``mlp`` and ``gpt``, sizes in MODELS) it
 
-1. makes one calibration run per ``--calibrate-on`` entry (default ``interleaved:8``,
-   the run that has every stage role and the most transfers, then ``1f1b:8``):
+1. makes one calibration run per ``--calibrate-on`` entry (default ``1f1b:8``, one
+   stage per rank, then ``interleaved:8``, which has every stage role and the most
+   transfers; the figure shows the first):
    ``torchrun --nproc-per-node 2 -m runtime`` with
    ``--profile-layers --profile-p2p`` and --calibration-steps steps, and fits a
    `sim.calibration.Calibration` to each;
@@ -286,7 +287,7 @@ def main(argv=None) -> int:
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated: mlp,gpt")
     parser.add_argument("--schedules", default=",".join(SCHEDULES))
     parser.add_argument("--microbatches", default="4,8,16")
-    parser.add_argument("--calibrate-on", default="interleaved:8,1f1b:8",
+    parser.add_argument("--calibrate-on", default="1f1b:8,interleaved:8",
                         help="SCHEDULE:M entries, comma-separated (the figure shows the first)")
     parser.add_argument("--calibration-steps", type=int, default=30)
     parser.add_argument("--steps", type=int, default=20)
