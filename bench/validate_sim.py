@@ -21,8 +21,8 @@ Per model (``mlp`` and ``gpt``, sizes in MODELS) it
    fresh runs; no calibration run is one of them.
 
 The microbatch size is fixed (batch size = rows x m), so per-microbatch costs are the
-same in every case. Runs use the executor's defaults (gloo on CPU, receives posted one
-compute action ahead). While a run executes, the CPU time that other processes take is
+same in every case. Runs use the executor's defaults (gloo on CPU, every receive of a
+step posted at its start). While a run executes, the CPU time that other processes take is
 measured from /proc/stat; before each run the bench waits (up to --wait seconds) for an
 idle machine, and a run during which others took more than --max-others of the CPUs is
 repeated (up to --retries times, keeping the least disturbed try).
