@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 import time
-from bisect import bisect_left
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any, Callable
@@ -38,6 +37,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from schedules import Kind, Program
+from schedules.posting import STEP, post_positions
 
 from . import reference
 from .clock import clock_for
@@ -51,7 +51,7 @@ from .record import RunResult, summarize
 from .stage import Stage
 
 F_, B_, I_, W_, SEND_, RECV_, POST_ = range(7)
-POST_AHEAD_NAMES = ("auto", "step")
+POST_AHEAD_NAMES = ("auto", STEP)
 _CODE = {Kind.F: F_, Kind.B: B_, Kind.I: I_, Kind.W: W_,
          Kind.SEND_F: SEND_, Kind.SEND_B: SEND_, Kind.RECV_F: RECV_, Kind.RECV_B: RECV_}
 
@@ -100,7 +100,7 @@ class RunOptions:
     def resolved_post_ahead(self, backend: str) -> int | str:
         """`post_ahead` with "auto" replaced by the backend's default ("step" or 1)."""
         if self.post_ahead == "auto":
-            return 1 if backend == "nccl" else "step"
+            return 1 if backend == "nccl" else STEP
         return self.post_ahead
 
 
@@ -365,16 +365,10 @@ class _Runner:
         plan = posting_plan(self.plan.program, self.rank) if self.transport.kind == "ordered" else {}
         recv_row = {transfer_key(a): i for i, a in enumerate(self.stream) if a.kind.is_recv}
         ahead = self.plan.options.resolved_post_ahead(self.backend)
-        if ahead == "step":
-            ahead = len(self.stream)  # more than the compute actions before any RECV: all at the start
         early: dict[int, list] = {}  # stream position -> receives to post before it
         if ahead:
-            computes = [i for i, a in enumerate(self.stream) if a.kind.is_compute]
-            for i, a in enumerate(self.stream):
-                if a.kind.is_recv:
-                    earlier = bisect_left(computes, i)  # compute actions before position i
-                    at = computes[earlier - ahead] if earlier >= ahead else 0
-                    early.setdefault(at, []).append(i)
+            for recv, at in post_positions(self.stream, ahead).items():
+                early.setdefault(at, []).append(recv)
         ops = []
         for i, a in enumerate(self.stream):
             for j in early.get(i, ()):

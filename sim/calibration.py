@@ -75,6 +75,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from schedules.posting import post_positions
+
 from .costs import CostError, CostModel
 from .measured import MeasuredRun
 
@@ -388,19 +390,12 @@ _GAP_KIND = {"F": 0, "B": 0, "I": 0, "W": 0, "SEND": 1, "RECV": 2}
 
 def posts_before(stream, post_ahead: int | str) -> list[int]:
     """Per position of a rank's stream, how many receives the executor posts just before that
-    action (runtime/executor.py: a RECV's receive goes before the compute action `post_ahead`
-    compute actions ahead of the RECV, or before the first action; with "step" every one
-    goes before the first action; with 0 it is posted inside the RECV, so no gap holds it)."""
+    action (placement: schedules.posting; with 0 a receive is posted inside its RECV, so no
+    gap holds it)."""
     counts = [0] * len(stream)
-    if post_ahead == "step":
-        post_ahead = len(stream)
-    if post_ahead <= 0:
-        return counts
-    computes = [i for i, a in enumerate(stream) if a.kind.is_compute]
-    for i, a in enumerate(stream):
-        if a.kind.is_recv:
-            earlier = sum(1 for c in computes if c < i)
-            counts[computes[earlier - post_ahead] if earlier >= post_ahead else 0] += 1
+    if post_ahead != 0:
+        for at in post_positions(stream, post_ahead).values():
+            counts[at] += 1
     return counts
 
 

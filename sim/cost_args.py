@@ -108,13 +108,19 @@ def costs_from_args(args: argparse.Namespace) -> CostModel:
     return dataclasses.replace(base, **changes) if changes else base
 
 
+def given_cost_flags(args: argparse.Namespace) -> list[str]:
+    """The cost flags given on the command line, as typed (e.g. ['--forward', '--no-contention'])."""
+    flags = [f"--{name.replace('_', '-')}" for name in COST_FLAGS if getattr(args, name) is not None]
+    return flags + (["--no-contention"] if args.no_contention else [])
+
+
 def costs_or_calibration(args: argparse.Namespace) -> CostModel | Calibration:
     """The flags' cost model, or the calibration that --costs names (which gives each
     schedule the cost model of its own stages; flags cannot change it: CostError)."""
     loaded = load_costs(args.costs) if args.costs else None
     if not isinstance(loaded, Calibration):
         return costs_from_args(args)
-    flags = [f"--{name.replace('_', '-')}" for name in COST_FLAGS if getattr(args, name) is not None]
-    if flags or args.no_contention:
-        raise CostError(f"{args.costs} is a calibration: its costs are not overridden by {', '.join(flags) or '--no-contention'}")
+    flags = given_cost_flags(args)
+    if flags:
+        raise CostError(f"{args.costs} is a calibration: its costs are not overridden by {', '.join(flags)}")
     return loaded

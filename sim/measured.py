@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from schedules import Program, ScheduleError
+from schedules.posting import STEP
 
 from .plot_data import COMPUTE_KINDS
 from .plot_run import read_run, run_program
@@ -139,7 +140,7 @@ def _check_summary(summary: dict, program: Program, where: Path) -> None:
     if not isinstance(summary["model"], dict):
         raise ScheduleError(f"{where}: model must be an object of model flags")
     ahead = summary.get("post_ahead", 0)
-    if ahead != "step" and (isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 0):
+    if ahead != STEP and (isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 0):
         raise ScheduleError(f"{where}: post_ahead must be a count of compute actions or 'step', got {ahead!r}")
 
 

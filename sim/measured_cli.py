@@ -9,7 +9,7 @@ from typing import Callable
 from schedules import ScheduleError
 
 from .calibration import Calibration, calibrate, load_costs
-from .cost_args import COST_FLAGS
+from .cost_args import given_cost_flags
 from .comparison import Comparison, compare_run
 from .costs import CostError, CostModel
 from .measured import MeasuredRun, read_measured
@@ -22,8 +22,7 @@ def run(args: argparse.Namespace, fail: Callable[[str], int]) -> int:
     sizes = [f"--{name}" for name in SIZE_FLAGS if getattr(args, name) is not None]
     if sizes:
         return fail(f"--measured simulates the run's own program: drop {', '.join(sizes)}")
-    flags = [f"--{name.replace('_', '-')}" for name in COST_FLAGS if getattr(args, name) is not None]
-    flags += ["--no-contention"] if args.no_contention else []
+    flags = given_cost_flags(args)
     if flags:
         return fail(f"--measured takes its costs from --costs FILE or from the run itself: drop {', '.join(flags)}")
     if args.csv:

@@ -9,7 +9,7 @@ from typing import Sequence
 from schedules import Schedule, ScheduleError, build, generator
 
 from .calibration import Calibration
-from .cost_args import COST_FLAGS, costs_from_args, costs_or_calibration
+from .cost_args import costs_from_args, costs_or_calibration, given_cost_flags
 from .costs import CostModel
 from .engine import simulate
 from .plot import plot_compare, plot_overlay, plot_timeline
@@ -71,7 +71,7 @@ def overlay_costs(args: argparse.Namespace, run) -> CostModel:
     from .measured import read_measured
     from .measured_cli import resolve_costs
 
-    if any(getattr(args, name) is not None for name in COST_FLAGS) or args.no_contention:
+    if given_cost_flags(args):
         return costs_from_args(args)
     return resolve_costs(args.costs, read_measured(run.path))[0]
 
