@@ -14,8 +14,10 @@ import argparse
 import datetime
 import gc
 import os
+import signal
 import socket
 import sys
+import threading
 from pathlib import Path
 
 import torch
@@ -120,9 +122,37 @@ def _environment() -> tuple[int, int, int]:
         raise ConfigError("RANK and WORLD_SIZE must be integers (launch with torchrun)") from None
 
 
+# Seconds a rank told to stop keeps running to find and report the failure itself.
+TERMINATION_GRACE = 5.0
+
+
+def report_termination(rank: int, grace: float = TERMINATION_GRACE) -> None:
+    """On SIGTERM, give this rank `grace` seconds to report the failure itself, then say it was stopped.
+
+    torchrun stops the surviving ranks with SIGTERM as soon as one rank exits (it polls every
+    0.1 s), usually before they have noticed the failure: without a handler they die silently
+    and no line names the action they waited on. A rank whose peer died finds out within a
+    moment (a closed connection) or at `--timeout`, prints its line and exits on its own; the
+    grace timer only speaks for a rank that did not.
+    """
+
+    def stopped() -> None:
+        print(f"error: rank {rank}: stopped by the launcher (SIGTERM) before finding a failure itself; "
+              "another rank's line names the cause", file=sys.stderr, flush=True)
+        os._exit(1)
+
+    def on_sigterm(signum, frame) -> None:
+        timer = threading.Timer(grace, stopped)
+        timer.daemon = True
+        timer.start()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     rank = int(os.environ.get("RANK", "0"))
+    report_termination(rank)
     try:
         rank, world, local_rank = _environment()
         program = load_program(args, world)

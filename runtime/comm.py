@@ -53,6 +53,14 @@ def transfer_key(action: Action) -> tuple[int, int, int]:
     raise ValueError(f"{action} is not a transfer")
 
 
+def key_text(key: tuple[int, int, int], sending: bool) -> str:
+    """The action text of a transfer's SEND (`sending`) or RECV, e.g. ``1SEND_F0`` / ``2RECV_F0``."""
+    direction, stage, mb = key
+    if sending:
+        return f"{stage}SEND_{'FB'[direction]}{mb}"
+    return f"{stage + 1}RECV_F{mb}" if direction == 0 else f"{stage - 1}RECV_B{mb}"
+
+
 def tag_of(key: tuple[int, int, int], microbatches: int) -> int:
     direction, stage, mb = key
     return (stage * 2 + direction) * microbatches + mb
@@ -122,10 +130,23 @@ class Transport:
         self._groups.clear()
 
     def isend(self, tensor: Tensor, dst: int, key: tuple[int, int, int]) -> dist.Work:
-        return self._isend(tensor, dst, tag_of(key, self._m))
+        """Post a send; a connection already closed by `dst` is a PeerError, like a failed wait."""
+        try:
+            return self._isend(tensor, dst, tag_of(key, self._m))
+        except RuntimeError as exc:
+            raise self._peer_error(exc, key_text(key, sending=True), dst) from None
 
     def irecv(self, buffer: Tensor, src: int, key: tuple[int, int, int]) -> dist.Work:
-        return self._irecv(buffer, src, tag_of(key, self._m))
+        """Post a receive; a connection already closed by `src` is a PeerError."""
+        try:
+            return self._irecv(buffer, src, tag_of(key, self._m))
+        except RuntimeError as exc:
+            raise self._peer_error(exc, key_text(key, sending=False), src) from None
+
+    def _peer_error(self, exc: RuntimeError, waiting_on: str, peer: int) -> PeerError:
+        return PeerError(
+            f"rank {self.rank}: gave up on {waiting_on} (peer rank {peer}): {reason(exc, peer, self.timeout)}"
+        )
 
     def _isend(self, tensor: Tensor, dst: int, tag: int) -> dist.Work:
         return dist.isend(tensor, dst, group=self._groups.get((self.rank, dst)), tag=tag)
@@ -138,9 +159,7 @@ class Transport:
         try:
             work.wait(timeout=self._delta)
         except RuntimeError as exc:  # DistBackendError and gloo's errors are RuntimeErrors
-            raise PeerError(
-                f"rank {self.rank}: gave up on {waiting_on} (peer rank {peer}): {reason(exc, peer, self.timeout)}"
-            ) from None
+            raise self._peer_error(exc, waiting_on, peer) from None
 
     def send_meta(self, meta: Tensor, dst: int, waiting_on: str) -> None:
         self.wait(self._isend(meta, dst, self._meta_tag), waiting_on, dst)

@@ -42,7 +42,7 @@ from schedules.posting import STEP, post_positions
 from . import reference
 from .clock import clock_for
 from .comm import (
-    TRANSPORTS, Transport, check_boundary, decode_meta, encode_meta, posting_plan, reason, transfer_key,
+    TRANSPORTS, Transport, check_boundary, decode_meta, encode_meta, key_text, posting_plan, reason, transfer_key,
 )
 from .errors import ConfigError, PeerError
 from .memory import SavedTensorMeter
@@ -412,8 +412,7 @@ class _Runner:
         return torch.Size((self.plan.sizes[mb], *shape[1:])), dtype
 
     def _label(self, key: tuple[int, int, int]) -> str:
-        direction, sender, mb = key
-        return f"{sender + 1}RECV_F{mb}" if direction == 0 else f"{sender - 1}RECV_B{mb}"
+        return key_text(key, sending=False)
 
     # ------------------------------------------------------------------ step
 

@@ -219,3 +219,27 @@ def test_two_nodes_with_c10d_rendezvous_pass_check(tmp_path):
     assert sum("check PASSED" in stdout for stdout, _ in results) == 1  # printed by global rank 0 only
     summary = json.loads((out / "summary.json").read_text())
     assert summary["ranks"] == 2 and summary["check"]["passed"] is True
+
+
+def test_a_rank_stopped_by_the_launcher_says_so_after_its_grace():
+    """torchrun SIGTERMs the surviving ranks within 0.1 s of a failure; a rank that has not found
+    the failure itself by the end of its grace must still leave one line, and exit 1."""
+    code = ("import sys, time; from runtime.cli import report_termination; report_termination(3, grace=0.3); "
+            "print('ready', flush=True); time.sleep(30)")
+    proc = subprocess.Popen([sys.executable, "-c", code], env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        began = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=20)
+        waited = time.monotonic() - began
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    assert 0.3 <= waited < 10
+    assert _our_lines(stderr) == [
+        "error: rank 3: stopped by the launcher (SIGTERM) before finding a failure itself; "
+        "another rank's line names the cause"
+    ], stderr
