@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 import schedules
+from schedules.ir import RECV_NAMES, SEND_NAMES
 from schedules.timeline import bubble_ratio, bubble_ratio_rank_span, memory_frame, timeline_frame
 
 from .clock import __doc__ as CLOCK_DOC
@@ -145,13 +146,13 @@ def summarize(plan, payloads: list[dict[str, Any]], backend: str, device: torch.
 
 
 def set_delivery_times(timeline, program) -> None:
-    """Set every SEND's end to its delivery: the end of the matching RECV (not before its start)."""
-    matching = {str(a): str(a.matching()) for stream in program.streams for a in stream if a.kind.is_send}
-    recvs = timeline[timeline["kind"].isin(("RECV_F", "RECV_B"))]
-    arrived = dict(zip(zip(recvs["step"], recvs["action"]), recvs["end"]))
-    sends = timeline.index[timeline["kind"].isin(("SEND_F", "SEND_B"))]
+    """Set every SEND's end to its delivery: the end of its transfer's RECV (not before its start)."""
+    transfer_of = {str(a): a.transfer for stream in program.streams for a in stream if a.kind.is_comm}
+    recvs = timeline[timeline["kind"].isin(RECV_NAMES)]
+    arrived = {(step, transfer_of[action]): end for step, action, end in zip(recvs["step"], recvs["action"], recvs["end"])}
+    sends = timeline.index[timeline["kind"].isin(SEND_NAMES)]
     for i in sends:
-        key = (timeline.at[i, "step"], matching[timeline.at[i, "action"]])
+        key = (timeline.at[i, "step"], transfer_of[timeline.at[i, "action"]])
         timeline.at[i, "end"] = max(timeline.at[i, "start"], arrived[key])
 
 

@@ -5,12 +5,12 @@ streams with point-to-point actions, validate, and read or write it as CSV or JS
 """
 
 from .analysis import in_flight, peak_in_flight
+from .checked import build, build_for, lower
 from .errors import ScheduleError
 from .grid import grid
 from .io import load_csv, load_json, load_program_csv, load_program_json, save_csv, save_json
 from .ir import Action, Kind
-from .lowering import lower
-from .registry import available, build, generator, register
+from .registry import available, generator, register
 from .schedule import Program, Schedule
 from .validate import validate
 
@@ -25,6 +25,7 @@ __all__ = [
     "ScheduleError",
     "available",
     "build",
+    "build_for",
     "generator",
     "grid",
     "in_flight",

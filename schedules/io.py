@@ -12,10 +12,13 @@ import csv
 import json
 import re
 from pathlib import Path
+from typing import Any
 
+from .checked import lower
 from .errors import ScheduleError
 from .ir import Action
 from .schedule import Program, Schedule
+from .validate import validate
 
 JSON_FORMAT = "bubblescope-schedule"
 
@@ -97,18 +100,14 @@ def _infer_schedule(rows: list[list[Action]], name: str, where: str) -> Schedule
 
 
 def load_csv(path: str | Path, name: str | None = None) -> Schedule:
-    """Load and validate a schedule from CSV; communication actions, if any, are dropped."""
-    from .validate import validate
-
+    """Load and check a schedule from CSV; communication actions, if any, are dropped."""
     schedule = _infer_schedule(_read_csv_rows(path), name or Path(path).stem, str(path))
-    validate(schedule)
+    lower(schedule)  # checks it once
     return schedule
 
 
 def load_program_csv(path: str | Path, name: str | None = None) -> Program:
     """Load and validate a lowered program (with SEND/RECV actions as written) from CSV."""
-    from .validate import validate
-
     rows = _read_csv_rows(path)
     schedule = _infer_schedule(rows, name or Path(path).stem, str(path))
     program = Program(schedule, tuple(tuple(row) for row in rows))
@@ -135,9 +134,7 @@ def to_dict(obj: Schedule | Program) -> dict:
 
 
 def from_dict(data: dict, where: str = "schedule JSON") -> Schedule | Program:
-    """Inverse of to_dict; validates and raises ScheduleError naming the bad field."""
-    from .validate import validate
-
+    """Inverse of to_dict; checks and raises ScheduleError naming the bad field."""
     if not isinstance(data, dict) or data.get("format") != JSON_FORMAT:
         raise ScheduleError(f"{where}: not a {JSON_FORMAT} document (missing or wrong 'format')")
 
@@ -170,11 +167,12 @@ def from_dict(data: dict, where: str = "schedule JSON") -> Schedule | Program:
         stage_to_rank=tuple(s2r),
         order=actions("order"),
     )
-    result: Schedule | Program = schedule
-    if "streams" in data:
-        result = Program(schedule, actions("streams"))
-    validate(result)
-    return result
+    if "streams" not in data:
+        lower(schedule)  # checks it once
+        return schedule
+    program = Program(schedule, actions("streams"))
+    validate(program)
+    return program
 
 
 def save_json(obj: Schedule | Program, path: str | Path) -> None:
@@ -182,20 +180,23 @@ def save_json(obj: Schedule | Program, path: str | Path) -> None:
     Path(path).write_text(json.dumps(to_dict(obj), indent=1) + "\n")
 
 
+def read_json(path: str | Path, error: type[Exception] = ScheduleError, what: str = "") -> Any:
+    """The JSON document in file `path`; an unreadable file or bad JSON raises `error` with one
+    line: "cannot read {what}{path}: ..." or "{what}{path} is not valid JSON: ..."."""
+    try:
+        return json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise error(f"cannot read {what}{path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise error(f"{what}{path} is not valid JSON: {exc}") from None
+
+
 def load_json(path: str | Path) -> Schedule | Program:
     """Read what save_json wrote: a Program if the file has streams, else a Schedule."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise ScheduleError(f"cannot read {path}: {exc.strerror}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ScheduleError(f"{path} is not valid JSON: {exc}") from None
-    return from_dict(data, where=str(path))
+    return from_dict(read_json(path), where=str(path))
 
 
 def load_program_json(path: str | Path) -> Program:
     """Read a Program from JSON; a file holding only a Schedule is lowered."""
-    from .lowering import lower
-
     obj = load_json(path)
     return obj if isinstance(obj, Program) else lower(obj)

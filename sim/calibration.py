@@ -75,7 +75,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from schedules.posting import post_positions
+from schedules.ir import RECV_NAMES, SEND_NAMES
+from schedules.posting import PostAhead, post_positions
 
 from .costs import CostError, CostModel
 from .measured import MeasuredRun
@@ -357,7 +358,8 @@ def executor_overheads(run: MeasuredRun) -> tuple[float, float, float]:
     """(dispatch, send, recv) rank time per action, seconds (module docstring): least squares
     of every gap between consecutive actions of a rank on one constant per kind of the action
     before the gap (compute, SEND, RECV) plus a cost per receive posted in the gap."""
-    posts = [posts_before(stream, run.summary.get("post_ahead", 0)) for stream in run.program.streams]
+    ahead = PostAhead.parse(run.summary.get("post_ahead", 0))
+    posts = [posts_before(stream, ahead) for stream in run.program.streams]
     kinds = [[_GAP_KIND[a.kind.value[:4]] for a in stream] for stream in run.program.streams]
     rows, gaps = [], []
     for (_, rank), frame in run.timeline.groupby(["step", "rank"], sort=True):
@@ -388,13 +390,13 @@ def executor_overheads(run: MeasuredRun) -> tuple[float, float, float]:
 _GAP_KIND = {"F": 0, "B": 0, "I": 0, "W": 0, "SEND": 1, "RECV": 2}
 
 
-def posts_before(stream, post_ahead: int | str) -> list[int]:
+def posts_before(stream, ahead: PostAhead) -> list[int]:
     """Per position of a rank's stream, how many receives the executor posts just before that
-    action (placement: schedules.posting; with 0 a receive is posted inside its RECV, so no
-    gap holds it)."""
+    action (placement: schedules.posting; a receive posted at its RECV is posted inside the
+    RECV's row, so no gap holds it)."""
     counts = [0] * len(stream)
-    if post_ahead != 0:
-        for at in post_positions(stream, post_ahead).values():
+    if not ahead.at_recv:
+        for at in post_positions(stream, ahead).values():
             counts[at] += 1
     return counts
 
@@ -486,13 +488,14 @@ def transfer_time(run: MeasuredRun) -> float | None:
     allows (no transfer arrives before it is sent) and taken out before averaging.
     """
     delays: list[float] = []
+    transfer_of = {str(a): a.transfer for stream in run.program.streams for a in stream if a.kind.is_comm}
     for _, rows in run.step_frames():
-        sends = rows[rows["kind"].str.startswith("SEND")]
-        sent = {a: (r, t) for a, r, t in zip(sends["action"], sends["rank"], sends["start"])}
-        recvs = rows[rows["kind"].str.startswith("RECV")]
+        sends = rows[rows["kind"].isin(SEND_NAMES)]
+        sent = {transfer_of[a]: (r, t) for a, r, t in zip(sends["action"], sends["rank"], sends["start"])}
+        recvs = rows[rows["kind"].isin(RECV_NAMES)]
         pairs: dict[tuple[int, int], list[tuple[int, float, float, float]]] = {}
         for action, rank, start, end in zip(recvs["action"], recvs["rank"], recvs["start"], recvs["end"]):
-            sender, at = sent[_matching_send(action)]
+            sender, at = sent[transfer_of[action]]
             pairs.setdefault((min(sender, rank), max(sender, rank)), []).append((sender, at, start, end))
         for (low, _), transfers in pairs.items():
             # offset o: a time of the higher rank plus o is that time on the lower rank's clock
@@ -507,12 +510,6 @@ def transfer_time(run: MeasuredRun) -> float | None:
                 if start + shift <= at:
                     delays.append(end + shift - at)
     return float(np.mean(delays)) if delays else None
-
-
-def _matching_send(recv_text: str) -> str:
-    from schedules import Action
-
-    return str(Action.parse(recv_text).matching())
 
 
 def fit_linear(points: Sequence[tuple[str, int, float]]) -> tuple[LinearCost, float]:

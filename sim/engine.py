@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import simpy
 
 from schedules import Kind, Program, Schedule, ScheduleError, lower
+from schedules.ir import Direction, transfer_count
 
 from .costs import CostModel, StageCosts
 from .result import RankRun, SimResult
@@ -44,8 +45,8 @@ class Compiled:
 
     Compute: (_COMPUTE, duration, bytes allocated at start, bytes freed at end);
     SEND: (_SEND, transfer id, duration, link id); RECV: (_RECV, transfer id).
-    Transfer ids are dense: (2 * sending stage + direction) * m + microbatch; link ids
-    are sender * p + receiver.
+    Transfer ids are the IR's dense numbers (`Transfer.number`), so a SEND and its RECV
+    share one; link ids are sender rank * p + receiver rank.
     """
 
     ops: tuple[tuple[tuple[int, ...], ...], ...]
@@ -94,13 +95,7 @@ def compile_program(program: Program, costs: StageCosts) -> Compiled:
         Kind.I: table(costs.input, costs.switch_backward, zero, [m - k for m, k in zip(costs.memory, kept)]),
         Kind.W: table(costs.weight, costs.switch_backward, zero, kept),
     }
-    # kind -> (direction, sending stage offset from the action's stage, send times, is send)
-    comm = {
-        Kind.SEND_F: (0, 0, costs.send_forward, True),
-        Kind.RECV_F: (0, -1, costs.send_forward, False),
-        Kind.SEND_B: (1, 0, costs.send_backward, True),
-        Kind.RECV_B: (1, 1, costs.send_backward, False),
-    }
+    durations = {Direction.FORWARD: costs.send_forward, Direction.BACKWARD: costs.send_backward}
     ops = []
     for rank, stream in enumerate(program.streams):
         row = []
@@ -117,18 +112,17 @@ def compile_program(program: Program, costs: StageCosts) -> Compiled:
                 append(choices[stage][previous != (stage, kind)])
                 previous = (stage, kind)
                 continue
-            direction, offset, durations, is_send = comm[kind]
-            sender = stage + offset
-            receiver = sender + 1 - 2 * direction
-            if not (0 <= sender < n and 0 <= receiver < n):
+            transfer = action.transfer
+            receiver = transfer.receiver
+            if not (0 <= transfer.sender < n and 0 <= receiver < n):
                 raise ScheduleError(f"rank {rank}: {action} has no peer stage (stages are 0..{n - 1})")
-            tid = (2 * sender + direction) * m + mb
-            if is_send:
-                append((_SEND, tid, durations[min(sender, receiver)], rank * p + s2r[receiver]))
+            if kind.is_send:
+                append((_SEND, transfer.number(m), durations[transfer.direction][transfer.boundary],
+                        rank * p + s2r[receiver]))
             else:
-                append((_RECV, tid))
+                append((_RECV, transfer.number(m)))
         ops.append(tuple(row))
-    return Compiled(tuple(ops), 2 * n * m, p * p)
+    return Compiled(tuple(ops), transfer_count(n, m), p * p)
 
 
 def run(compiled: Compiled, contention: bool, send_overhead: int = 0, recv_overhead: int = 0) -> list[RankRun]:
@@ -221,21 +215,21 @@ def _check_finished(program: Program, runs: list[RankRun]) -> None:
     stuck = [r for r, s in enumerate(streams) if position[r] < len(s)]
     if not stuck:
         return
-    sends = {a: (r, i) for r, s in enumerate(streams) for i, a in enumerate(s) if a.kind.is_send}
+    sends = {a.transfer: (r, i) for r, s in enumerate(streams) for i, a in enumerate(s) if a.kind.is_send}
     lines = []
     for rank in stuck:
         action = streams[rank][position[rank]]
-        send = action.matching()
-        if send in sends:
-            peer, index = sends[send]
+        transfer = action.transfer
+        send = transfer.send()
+        if transfer in sends:
+            peer, index = sends[transfer]
             if position[peer] <= index:
                 source = f"from rank {peer} (stuck at {streams[peer][position[peer]]})"
             else:  # only a hand-built program that receives one transfer twice gets here
                 source = f"from rank {peer}, which sent it once, to another RECV of it"
         else:
-            peer_stage = send.stage
-            owner = f"rank {s2r[peer_stage]}" if 0 <= peer_stage < len(s2r) else "no rank"
-            source = f"which no stream contains (stage {peer_stage} sits on {owner})"
+            owner = f"rank {s2r[transfer.sender]}" if 0 <= transfer.sender < len(s2r) else "no rank"
+            source = f"which no stream contains (stage {transfer.sender} sits on {owner})"
         lines.append(
             f"rank {rank} waits at {action} (action {position[rank]} of {len(streams[rank])}) for {send} {source}"
         )

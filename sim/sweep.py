@@ -13,7 +13,6 @@ import pandas as pd
 
 import schedules
 from schedules import Schedule, ScheduleError
-from schedules.lowering import insert_comms
 
 from .calibration import Calibration
 from .costs import CostError, CostModel
@@ -65,9 +64,9 @@ def build(config: Config) -> Schedule:
 
 
 def summarize(schedule: Schedule, costs: CostModel) -> dict:
-    """SimResult.summary() of one simulation of a built (hence validated) schedule, plus the
-    number of lowered actions. Lowered without validating a second time."""
-    result = simulate(insert_comms(schedule), costs)
+    """SimResult.summary() of one simulation of a built (hence checked) schedule, plus the
+    number of lowered actions."""
+    result = simulate(schedule, costs)
     return {**result.summary(), "actions": result.program.num_actions}
 
 

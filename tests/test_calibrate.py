@@ -338,6 +338,7 @@ def test_compare_predicts_from_a_calibration_file(calibration_run, tmp_path, cap
 def test_posts_before_places_receives_like_the_executor():
     """runtime/executor.py posts a RECV's receive just before the compute action that lies
     post_ahead compute actions before the RECV (worked by hand for 1F1B, p=2, m=2)."""
+    from schedules.posting import PostAhead
     from sim.calibration import posts_before
 
     program = schedules.lower(schedules.build("1f1b", ranks=2, microbatches=2))
@@ -345,12 +346,12 @@ def test_posts_before_places_receives_like_the_executor():
     assert [str(a) for a in rank1] == ["1RECV_F0", "1F0", "1B0", "1SEND_B0", "1RECV_F1", "1F1", "1B1", "1SEND_B1"]
     # k=1: 1RECV_F0 has no compute before it (posted before the first action); 1RECV_F1 has
     # F0 and B0 before it, so it is posted one compute earlier than F1: before B0.
-    assert posts_before(rank1, 1) == [1, 0, 1, 0, 0, 0, 0, 0]
+    assert posts_before(rank1, PostAhead(1)) == [1, 0, 1, 0, 0, 0, 0, 0]
     # k=2: 1RECV_F1 goes before F0; with 0 every receive is posted inside its RECV.
-    assert posts_before(rank1, 2) == [1, 1, 0, 0, 0, 0, 0, 0]
+    assert posts_before(rank1, PostAhead(2)) == [1, 1, 0, 0, 0, 0, 0, 0]
     # "step": every receive of the step before the first action.
-    assert posts_before(rank1, "step") == [2, 0, 0, 0, 0, 0, 0, 0]
-    assert posts_before(rank1, 0) == [0] * 8
+    assert posts_before(rank1, PostAhead.step()) == [2, 0, 0, 0, 0, 0, 0, 0]
+    assert posts_before(rank1, PostAhead(0)) == [0] * 8
 
 
 def test_sweep_predicts_from_a_calibration_file(calibration_run, tmp_path, capsys):
