@@ -39,6 +39,7 @@ from torch import Tensor
 from schedules import Kind, Program
 from schedules.ir import Transfer
 from schedules.posting import STEP, PostAhead, post_positions, posting_plan
+from schedules.stages import role_of
 
 from . import reference
 from .clock import clock_for
@@ -46,7 +47,7 @@ from .comm import TRANSPORTS, Transport, check_boundary, decode_meta, encode_met
 from .errors import ConfigError, PeerError
 from .memory import SavedTensorMeter
 from .models import PipelineModel, microbatch_sizes, partition
-from .record import RunResult, summarize
+from .record import RunResult, gather
 from .stage import Stage
 
 POST_AHEAD_NAMES = ("auto", STEP)
@@ -199,7 +200,7 @@ class Session:
             self.close()
         gathered = [None] * dist.get_world_size() if state.rank == 0 else None
         dist.gather_object(payload, gathered, dst=0)
-        result = summarize(self.plan, gathered, state.backend, self.device) if state.rank == 0 else None
+        result = gather(self.plan, gathered, state.backend, self.device) if state.rank == 0 else None
         verdict = [None if result is None else result.passed]
         dist.broadcast_object_list(verdict, src=0)
         return result if result is not None else RunResult(rank=state.rank, passed=verdict[0])
@@ -317,14 +318,16 @@ class _RankState:
         self.inputs = list(torch.tensor_split(inputs, m))
         weights = [n / model.batch_size for n in plan.sizes]
         split_stages = {a.stage for a in self.stream if a.kind is Kind.I}
+        roles = {s: role_of(s, num_stages) for s in self.local}
         modules = {
-            s: model.stage_module(plan.layers[s], s == 0, s == num_stages - 1).to(device) for s in self.local
+            s: model.stage_module(plan.layers[s], roles[s].holds_prologue, roles[s].holds_epilogue).to(device)
+            for s in self.local
         }
         params = [p for mod in modules.values() for p in mod.parameters()]
         self.meter = SavedTensorMeter([*params, inputs, targets])
         self.stages: dict[int, Stage] = {}
         for s, module in modules.items():
-            last = s == num_stages - 1
+            last = roles[s].holds_epilogue
             self.stages[s] = Stage(
                 s, module, self.meter,
                 loss=model.loss if last else None,

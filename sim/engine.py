@@ -30,10 +30,11 @@ from dataclasses import dataclass
 import simpy
 
 from schedules import Kind, Program, Schedule, ScheduleError, lower
+from schedules.analysis import switches
 from schedules.ir import Direction, transfer_count
 
-from .costs import CostModel, StageCosts
-from .result import RankRun, SimResult
+from .costs import CostModel, ResolvedCosts
+from .result import RankRecord, SimResult
 
 # Opcodes of the compiled streams (plain ints keep the hot loop cheap).
 _COMPUTE, _SEND, _RECV = 0, 1, 2
@@ -66,22 +67,22 @@ def simulate(schedule_or_program: Schedule | Program, costs: CostModel) -> SimRe
         program = schedule_or_program
     else:
         raise TypeError(f"simulate() takes a Schedule or a Program, not {type(schedule_or_program).__name__}")
-    stage_costs = costs.for_schedule(program.schedule)
-    runs = run(
-        compile_program(program, stage_costs), stage_costs.contention,
-        stage_costs.send_overhead, stage_costs.recv_overhead,
+    resolved = costs.for_schedule(program.schedule)
+    records = replay(
+        compile_program(program, resolved), resolved.contention, resolved.send_overhead, resolved.recv_overhead,
     )
-    _check_finished(program, runs)
-    return SimResult.from_runs(program, costs, stage_costs, runs)
+    _check_finished(program, records)
+    return SimResult.from_records(program, costs, resolved, records)
 
 
-def compile_program(program: Program, costs: StageCosts) -> Compiled:
+def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
     """Turn every action into an op tuple (compute ops are shared per stage and kind)."""
     schedule = program.schedule
     s2r = schedule.stage_to_rank
     p, m, n = schedule.ranks, schedule.microbatches, schedule.num_stages
     def table(durations, switch, alloc, free):
-        """Per stage: (op when the action repeats the previous compute action, op otherwise)."""
+        """Per stage: (op when the action repeats the previous compute action, op when it
+        switches: schedules.analysis.switches)."""
         return [
             ((_COMPUTE, durations[s], alloc[s], free[s]), (_COMPUTE, durations[s] + switch, alloc[s], free[s]))
             for s in range(n)
@@ -100,8 +101,7 @@ def compile_program(program: Program, costs: StageCosts) -> Compiled:
     for rank, stream in enumerate(program.streams):
         row = []
         append = row.append
-        previous = None  # (stage, kind) of the rank's previous compute action
-        for action in stream:
+        for action, switch in zip(stream, switches(stream)):
             kind, stage, mb = action.kind, action.stage, action.microbatch
             if not (0 <= stage < n and 0 <= mb < m):
                 raise ScheduleError(
@@ -109,8 +109,7 @@ def compile_program(program: Program, costs: StageCosts) -> Compiled:
                 )
             choices = compute.get(kind)
             if choices is not None:
-                append(choices[stage][previous != (stage, kind)])
-                previous = (stage, kind)
+                append(choices[stage][switch])
                 continue
             transfer = action.transfer
             receiver = transfer.receiver
@@ -125,22 +124,23 @@ def compile_program(program: Program, costs: StageCosts) -> Compiled:
     return Compiled(tuple(ops), transfer_count(n, m), p * p)
 
 
-def run(compiled: Compiled, contention: bool, send_overhead: int = 0, recv_overhead: int = 0) -> list[RankRun]:
-    """Run the SimPy model and return what each rank's process recorded (overheads in ns)."""
+def replay(compiled: Compiled, contention: bool, send_overhead: int = 0, recv_overhead: int = 0) -> list[RankRecord]:
+    """Replay compiled streams in the SimPy model; returns what each rank's process recorded
+    (overheads in ns)."""
     env = simpy.Environment()
     arrivals = [-1] * compiled.num_transfers  # arrival time of each transfer, -1 until sent
     waiters: dict[int, simpy.Event] = {}  # transfer id -> event of the rank blocked on it
     link_free = [0] * compiled.num_links  # time each directed link finishes its last transfer
-    runs = [RankRun() for _ in compiled.ops]
-    for ops, out in zip(compiled.ops, runs):
+    records = [RankRecord() for _ in compiled.ops]
+    for ops, out in zip(compiled.ops, records):
         env.process(
             _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overhead, recv_overhead, out)
         )
     env.run()
-    return runs
+    return records
 
 
-def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overhead, recv_overhead, out: RankRun):
+def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overhead, recv_overhead, out: RankRecord):
     """Walk one rank's ops, recording into `out` as it goes."""
     timeout = env.timeout
     record = out.times.append
@@ -207,11 +207,11 @@ def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overh
     out.busy, out.first, out.last, out.peak = busy, first, last, peak
 
 
-def _check_finished(program: Program, runs: list[RankRun]) -> None:
+def _check_finished(program: Program, records: list[RankRecord]) -> None:
     """Raise ScheduleError naming every rank that stopped before the end of its stream."""
     streams = program.streams
     s2r = program.schedule.stage_to_rank
-    position = [len(r.times) // 2 for r in runs]
+    position = [len(r.times) // 2 for r in records]
     stuck = [r for r, s in enumerate(streams) if position[r] < len(s)]
     if not stuck:
         return

@@ -1,17 +1,22 @@
-"""`python -m sim`: one parser; each subcommand module registers itself with add_parser."""
+"""The command-line wing of sim/: `python -m sim COMMAND`, one module per subcommand.
+
+Each subcommand module registers its parser (`add_parser`), reads the parsed arguments
+into a frozen dataclass of typed options at the edge, and calls library functions of
+the model (sim/*.py) and plot (sim/plot/) wings; the argparse Namespace goes no further.
+The modules share only `args` (argument types, the cost flags, the error line); none
+imports another.
+"""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from typing import Sequence
 
-# Subcommand modules (each has add_parser(subparsers) setting func=handler, handler(args) -> int).
-# Optional ones are skipped while their module does not exist yet.
-REQUIRED = ("sim.compare_cli", "sim.sweep_cli", "sim.plot_cli", "sim.calibrate_cli")
-OPTIONAL: tuple[str, ...] = ()
+from . import calibrate, compare, figures, plot, sweep
+
+SUBCOMMANDS = (compare, sweep, plot, figures, calibrate)  # in the order `--help` lists them
 
 
 class Parser(argparse.ArgumentParser):
@@ -22,18 +27,13 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `sim` parser with every subcommand registered (each sets `handle` as its default)."""
     parser = Parser(
         prog="sim",
         description="Simulate pipeline-parallel schedules: compare them, sweep sizes, plot timelines.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in REQUIRED + OPTIONAL:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if name in OPTIONAL and exc.name == name:
-                continue
-            raise
+    for module in SUBCOMMANDS:
         module.add_parser(subparsers)
     return parser
 
@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse `argv` (default sys.argv[1:]), run the subcommand and return its exit code."""
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        return args.handle(args)
     except BrokenPipeError:
         # The reader went away (`python -m sim sweep | head`): stop quietly, as the Python
         # docs advise, by pointing stdout at devnull so the exit flush cannot fail again.

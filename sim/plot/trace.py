@@ -30,8 +30,9 @@ import pandas as pd
 
 from schedules import Action
 from schedules.ir import COMPUTE_NAMES, RECV_NAMES, SEND_NAMES, Transfer
+from schedules.timeline import check_timeline
 
-from .plot_data import check_timeline, one_step, select_step
+from ..metrics import one_step, select_step
 
 # Thread id = category base + lane index; tid 0 is avoided (Perfetto reserves it for idle).
 THREADS = (("compute", 1, COMPUTE_NAMES), ("send", 1001, SEND_NAMES), ("recv wait", 2001, RECV_NAMES))
