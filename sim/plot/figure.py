@@ -26,7 +26,7 @@ def rows_height(ranks: int, per_row: float = 0.32) -> float:
     return min(3.0 + 0.09 * (ranks - 8), 9.0)
 
 
-def title(name: str, summary: StepSummary, step: int | None = None) -> str:
+def panel_title(name: str, summary: StepSummary, step: int | None = None) -> str:
     """A panel's headline: name, sizes, bubble ratio (and the measured step shown)."""
     parts = [name] if name else []
     parts.append(f"p={summary.ranks}, m={summary.microbatches}, v={summary.chunks}")

@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 from schedules import ScheduleError
 
 from ..metrics import one_step, step_summary
-from .figure import WIDTH_IN, rows_height, save, step_of, title
+from .figure import WIDTH_IN, panel_title, rows_height, save, step_of
 from .gantt import add_legend, draw_gantt, legend_handles
 from .curves import draw_memory, rank_handles
 from .units import time_unit
@@ -42,12 +42,12 @@ def plot_timeline(
     axes = fig.subplots(len(heights), 1, sharex=True, gridspec_kw={"height_ratios": heights}, squeeze=False)[:, 0]
     draw_gantt(axes[0], frame, ranks=summary.ranks, chunks=summary.chunks, xmax=xmax, unit=unit, scale=scale, comm=comm)
     measured_step = chosen if frame["source"].eq("measured").any() else None
-    title = title(name, summary, measured_step)
+    title = panel_title(name, summary, measured_step)
     if note:  # the headline on top, the details under it
         fig.suptitle(title, fontsize=10)
-        axes[0].settitle(note, fontsize=8, color="#444444")
+        axes[0].set_title(note, fontsize=8, color="#444444")
     else:
-        axes[0].settitle(title, fontsize=10)
+        axes[0].set_title(title, fontsize=10)
     handles = legend_handles(set(frame["kind"]), summary.chunks, comm)
     if memory is not None:
         axes[0].set_xlabel("")
@@ -98,7 +98,7 @@ def plot_compare(
         ax = axes.pop(0)
         draw_gantt(ax, frame, ranks=summary.ranks, chunks=summary.chunks, xmax=span * scale, unit=unit,
                    scale=scale, comm=comm)
-        ax.settitle(title(label, summary), fontsize=9, loc="left")
+        ax.set_title(panel_title(label, summary), fontsize=9, loc="left")
         ax.set_xlabel("")
         kinds |= set(frame["kind"])
         chunks = max(chunks, summary.chunks)
