@@ -70,7 +70,7 @@ def main() -> int:
         building += built - began
     print(
         f"sweep: {len(configs)} configurations, {actions:,} lowered actions, {building + simulating:.2f} s in all: "
-        f"schedules.build (generate + check) {building:.2f} s, lower + simulate {simulating:.2f} s "
+        f"schedules.build (generate + validate) {building:.2f} s, lower + simulate {simulating:.2f} s "
         f"({actions / simulating:,.0f} actions/s)"
     )
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .ir import Action, Kind
+from .ir import COMPUTE_KINDS, Action, Kind
 from .schedule import Schedule
 
 
@@ -38,13 +38,16 @@ def switches(stream: Sequence[Action]) -> list[bool]:
     the stage and kind of the rank's previous compute action (the rank's first compute
     action switches). On a CPU the caches then hold another working set; the simulator
     charges such actions more and the calibration measures by how much."""
-    flags = []
+    flags: list[bool] = []
+    append = flags.append
     previous = None  # (stage, kind) of the previous compute action
+    compute = frozenset(COMPUTE_KINDS)  # a set lookup: this runs once per action of every simulation
     for action in stream:
-        if action.kind.is_compute:
-            here = (action.stage, action.kind)
-            flags.append(here != previous)
+        kind = action.kind
+        if kind in compute:
+            here = (action.stage, kind)
+            append(here != previous)
             previous = here
         else:
-            flags.append(False)
+            append(False)
     return flags

@@ -67,7 +67,7 @@ COMM_NAMES: tuple[str, ...] = tuple(k.value for k in COMM_KINDS)
 _COMPUTE = frozenset(COMPUTE_KINDS)
 
 # Longest names first so that e.g. "SEND_F" is not read as "S" + garbage.
-_ACTION_RE = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B|F|B|I|W)(\d+)")
+_ACTION_RE = re.compile(r"(\d+)(" + "|".join(sorted((k.value for k in Kind), key=len, reverse=True)) + r")(\d+)")
 
 
 class Direction(IntEnum):
@@ -111,7 +111,8 @@ class Transfer(NamedTuple):
 
     def number(self, microbatches: int) -> int:
         """A dense number in 0 .. transfer_count(stages, microbatches) - 1, distinct per transfer
-        (the simulator's transfer index, the executor's message tag)."""
+        (the simulator's transfer index, the executor's message tag); consecutive in the
+        microbatch: microbatch 0's number plus the microbatch."""
         return (2 * self.sender + self.direction) * microbatches + self.microbatch
 
 

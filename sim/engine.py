@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import simpy
 
-from schedules import Kind, Program, Schedule, ScheduleError, lower
+from schedules import Action, Kind, Program, Schedule, ScheduleError, lower
 from schedules.analysis import switches
 from schedules.ir import Direction, transfer_count
 
@@ -97,6 +97,9 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
         Kind.W: table(costs.weight, costs.switch_backward, zero, kept),
     }
     durations = {Direction.FORWARD: costs.send_forward, Direction.BACKWARD: costs.send_backward}
+    # What a SEND/RECV compiles to depends on its stage and kind, and its microbatch only
+    # through the transfer number (Transfer.number: microbatch 0's plus the microbatch).
+    comm: dict[tuple[int, Kind], tuple[bool, int, int, int] | None] = {}
     ops = []
     for rank, stream in enumerate(program.streams):
         row = []
@@ -111,15 +114,22 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
             if choices is not None:
                 append(choices[stage][switch])
                 continue
-            transfer = action.transfer
-            receiver = transfer.receiver
-            if not (0 <= transfer.sender < n and 0 <= receiver < n):
+            key = (stage, kind)
+            if key not in comm:
+                transfer = Action(stage, kind, 0).transfer
+                ends = (transfer.sender, transfer.receiver)
+                comm[key] = None if not all(0 <= s < n for s in ends) else (
+                    kind.is_send, transfer.number(m), durations[transfer.direction][transfer.boundary],
+                    s2r[transfer.receiver],
+                )
+            compiled = comm[key]
+            if compiled is None:
                 raise ScheduleError(f"rank {rank}: {action} has no peer stage (stages are 0..{n - 1})")
-            if kind.is_send:
-                append((_SEND, transfer.number(m), durations[transfer.direction][transfer.boundary],
-                        rank * p + s2r[receiver]))
+            is_send, first, duration, receiver_rank = compiled
+            if is_send:
+                append((_SEND, first + mb, duration, rank * p + receiver_rank))
             else:
-                append((_RECV, transfer.number(m)))
+                append((_RECV, first + mb))
         ops.append(tuple(row))
     return Compiled(tuple(ops), transfer_count(n, m), p * p)
 

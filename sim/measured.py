@@ -28,6 +28,7 @@ import pandas as pd
 
 from schedules import Program, ScheduleError
 from schedules.io import load_program_json, read_json
+from schedules.ir import COMPUTE_NAMES
 from schedules.posting import PostAhead
 from schedules.stages import ROLES
 from schedules.timeline import check_timeline, read_table, step_metrics
@@ -221,7 +222,7 @@ def read_profile(path: Path) -> dict[str, Any] | None:
         for i, r in enumerate(records):
             ok = (isinstance(r, dict) and r.get("role") in ROLES
                   and isinstance(r.get("layers"), int) and r["layers"] > 0 and isinstance(r.get("activation_bytes"), int)
-                  and "F" in r and all(_samples(r[k]) for k in ("F", "B", "I", "W") if k in r))
+                  and "F" in r and all(_samples(r[k]) for k in COMPUTE_NAMES if k in r))
             if not ok:
                 raise ScheduleError(f"{path}: layers.records[{i}] is malformed")
     p2p = data.get("p2p")
