@@ -4,8 +4,8 @@ Every failure raises ScheduleError with a message of the form
 ``[rule] rank R: ACTION ...`` so that the rule, the rank and the offending action
 are all named. The deadlock check runs the program abstractly: compute and sends
 never block, a RECV blocks its rank until the matching SEND has been issued.
-These are the checks alone; `schedules.checked` runs them once per schedule it builds,
-loads or lowers.
+These are the checks alone: `schedules.checked` lowers a schedule between them
+(`validate`) and runs them once per schedule it builds, loads or lowers.
 """
 
 from __future__ import annotations
@@ -14,27 +14,7 @@ from collections import deque
 
 from .errors import ScheduleError
 from .ir import Action, Kind, Transfer
-from .lowering import insert_comms
 from .schedule import Program, Schedule
-
-
-def validate(obj: Schedule | Program) -> None:
-    """Check every rule for a Schedule or a Program; raises ScheduleError."""
-    if isinstance(obj, Program):
-        check_rules(obj.schedule)
-        check_program(obj)
-    elif isinstance(obj, Schedule):
-        check_schedule(obj)
-    else:
-        raise TypeError(f"validate() takes a Schedule or a Program, not {type(obj).__name__}")
-
-
-def check_schedule(schedule: Schedule) -> Program:
-    """Check the schedule's rules, lower it and check the program; returns that program."""
-    check_rules(schedule)
-    program = insert_comms(schedule)
-    check_program(program)
-    return program
 
 
 def _fail(rule: str, where: str, text: str) -> ScheduleError:

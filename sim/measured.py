@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from schedules import Program, ScheduleError
-from schedules.io import load_program_json, read_json
+from schedules import Program, ScheduleError, load_program_json
+from schedules.io import read_json
 from schedules.ir import COMPUTE_NAMES
 from schedules.posting import PostAhead
 from schedules.stages import ROLES
