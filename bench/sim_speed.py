@@ -55,7 +55,7 @@ def main() -> int:
         label = name if chunks is None else f"{name} v={chunks}"
         print(f"{label:<16}{n:>9}{bare:>12.3f}{n / bare:>12,.0f}{full:>11.3f}{n / full:>12,.0f}")
 
-    configs = sweep.configs(
+    configs = sweep.combinations(
         ["gpipe", "1f1b", "interleaved"], [4, 8, 16, 32], [32, 64, 96, 128, 256], [2, 3, 4]
     )
     # The body of sim.sweep.simulate_all, with the two halves timed apart.

@@ -40,7 +40,7 @@ class Config:
         return f"{self.schedule} (p={self.ranks}, m={self.microbatches}{v})"
 
 
-def configs(
+def combinations(
     names: Sequence[str], ranks: Sequence[int], microbatches: Sequence[int], chunks: Sequence[int]
 ) -> list[Config]:
     """Every combination (the cartesian product), in the order given; `chunks` only varies

@@ -115,7 +115,7 @@ def handle(args: argparse.Namespace) -> int:
         costs = cost_source(options.costs, options.overrides)
         chosen = options.schedules or schedules.available()
         records = []
-        for config in sweep.configs(chosen, [ranks], [microbatches], [chunks]):
+        for config in sweep.combinations(chosen, [ranks], [microbatches], [chunks]):
             try:
                 schedule = sweep.build(config)
             except ScheduleError as exc:

@@ -88,7 +88,7 @@ def handle(args: argparse.Namespace) -> int:
 
     try:
         costs = cost_source(options.costs, options.overrides)
-        configs = sweep.configs(options.schedules or schedules.available(), options.ranks, options.microbatches,
+        configs = sweep.combinations(options.schedules or schedules.available(), options.ranks, options.microbatches,
                                 options.chunks)
         frame, skipped = sweep.simulate_all(configs, costs, progress=progress)
     except (ScheduleError, CostError) as exc:
