@@ -5,8 +5,8 @@ Run: python bench/sim_speed.py [--repeat N]
 Everything runs in one thread (one core). For each schedule it times `simulate(program,
 costs)` on an already lowered program (metrics only: the timeline and memory DataFrames are
 built lazily) and, separately, simulate plus building both DataFrames; best of --repeat runs.
-The sweep runs what `sim.sweep.run` runs for each configuration (generate and validate with
-`schedules.build`, then lower and simulate) over gpipe, 1f1b and interleaved v=2,3,4 at p in
+The sweep runs what `sim.sweep.simulate_all` runs for each configuration (generate and check
+with `schedules.build`, then lower and simulate) over gpipe, 1f1b and interleaved v=2,3,4 at p in
 {4, 8, 16, 32} and m in {32, 64, 96, 128, 256}, timing the two halves apart.
 """
 
@@ -55,17 +55,17 @@ def main() -> int:
         label = name if chunks is None else f"{name} v={chunks}"
         print(f"{label:<16}{n:>9}{bare:>12.3f}{n / bare:>12,.0f}{full:>11.3f}{n / full:>12,.0f}")
 
-    configs = sweep.grid(
+    configs = sweep.combinations(
         ["gpipe", "1f1b", "interleaved"], [4, 8, 16, 32], [32, 64, 96, 128, 256], [2, 3, 4]
     )
-    # The body of sim.sweep.run, with the two halves timed apart.
+    # The body of sim.sweep.simulate_all, with the two halves timed apart.
     building = simulating = 0.0
     actions = 0
     for config in configs:
         began = time.perf_counter()
         schedule = sweep.build(config)
         built = time.perf_counter()
-        actions += sweep.summarize(schedule, COSTS)["actions"]
+        actions += sweep.row(schedule, COSTS)["actions"]
         simulating += time.perf_counter() - built
         building += built - began
     print(

@@ -14,7 +14,7 @@ Per model (``mlp`` and ``gpt``, sizes in MODELS) it
    `sim.calibration.Calibration` to each;
 2. predicts from each calibration alone the step time of gpipe, 1f1b and interleaved
    (v=2) at each m: the schedule is built and simulated under
-   ``calibration.cost_model(num_stages)`` (the executor's default balanced layer cut);
+   ``calibration.for_stages(num_stages)`` (the executor's default balanced layer cut);
 3. runs every held-out case --rounds times, round-robin (all cases, then all again) so
    that slow drift of the machine's speed hits every case alike; the measured value of a
    case is the median over its runs of each run's median step time. Held-out runs are
@@ -152,7 +152,7 @@ def measured_run(out: Path, schedule: str, m: int, model: dict, args, steps: int
 def predict(calibration, schedule: str, m: int) -> float:
     """Step time of `schedule` at m from the calibration alone (balanced layer cut)."""
     built = schedules.build(schedule, ranks=RANKS, microbatches=m, chunks=CHUNKS.get(schedule))
-    return simulate(built, calibration.cost_model(built.num_stages)).step_time
+    return simulate(built, calibration.for_stages(built.num_stages)).step_time
 
 
 def validate_model(name: str, args) -> list[dict]:
@@ -236,8 +236,8 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     microbatch, so that the few percent between schedules are visible at every m)."""
     from matplotlib.figure import Figure
 
-    from sim.plot_figures import shrink_png
-    from sim.plot_style import OKABE_ITO
+    from sim.plot.readme import shrink_png
+    from sim.plot.style import OKABE_ITO
 
     first = table["calibration"].iloc[0]
     table = table[table["calibration"] == first]

@@ -1,7 +1,8 @@
-"""Point-to-point transfers between stages: keys, tags, posting order, waits with a timeout.
+"""Point-to-point transfers between stages on torch.distributed: tags, groups, waits with a timeout.
 
-A transfer is named by its key ``(direction, sending stage, microbatch)`` (direction 0
-for activations, 1 for gradients); both ends derive the same key from their action.
+A transfer is named by the IR (`schedules.ir.Transfer`: direction, sending stage,
+microbatch); both ends read the same one from their action (`Action.transfer`), and its
+dense number (`Transfer.number`) is the message tag.
 
 Both transports open one two-rank process group per direction of each communicating
 pair, so traffic A->B never shares a connection, a lock or a stream with B->A. On gloo
@@ -13,8 +14,8 @@ and whose isend/irecv calls take the same lock (gloo/transport/tcp/pair.cc).
   matches its send whatever order either side posts them in.
 - ``ordered`` (NCCL, which ignores tags and matches in posting order): a receive is
   posted, together with every earlier transfer of the same sender->receiver direction
-  not yet posted, in the sender's order (`posting_plan`), so posting order always
-  agrees with the sender's.
+  not yet posted, in the sender's order (`schedules.posting.posting_plan`), so posting
+  order always agrees with the sender's.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from schedules import Action, Kind, Program
+from schedules import Program
+from schedules.ir import Transfer, transfer_count
 
 from .errors import PeerError
 
@@ -39,68 +41,16 @@ MAX_DIMS = 8
 META_LEN = 3 + MAX_DIMS  # status, dtype code, ndim, dims
 
 
-def transfer_key(action: Action) -> tuple[int, int, int]:
-    """(direction, sending stage, microbatch) of a SEND or RECV action."""
-    kind = action.kind
-    if kind is Kind.SEND_F:
-        return (0, action.stage, action.microbatch)
-    if kind is Kind.RECV_F:
-        return (0, action.stage - 1, action.microbatch)
-    if kind is Kind.SEND_B:
-        return (1, action.stage, action.microbatch)
-    if kind is Kind.RECV_B:
-        return (1, action.stage + 1, action.microbatch)
-    raise ValueError(f"{action} is not a transfer")
-
-
-def key_text(key: tuple[int, int, int], sending: bool) -> str:
-    """The action text of a transfer's SEND (`sending`) or RECV, e.g. ``1SEND_F0`` / ``2RECV_F0``."""
-    direction, stage, mb = key
-    if sending:
-        return f"{stage}SEND_{'FB'[direction]}{mb}"
-    return f"{stage + 1}RECV_F{mb}" if direction == 0 else f"{stage - 1}RECV_B{mb}"
-
-
-def tag_of(key: tuple[int, int, int], microbatches: int) -> int:
-    direction, stage, mb = key
-    return (stage * 2 + direction) * microbatches + mb
-
-
 def directed_pairs(program: Program) -> list[tuple[int, int]]:
     """(sender, receiver) rank pairs that carry at least one transfer, sorted."""
     s2r = program.schedule.stage_to_rank
     pairs = {
-        (rank, s2r[a.peer_stage()])
+        (rank, s2r[a.transfer.receiver])
         for rank, stream in enumerate(program.streams)
         for a in stream
         if a.kind.is_send
     }
     return sorted(pairs)
-
-
-def posting_plan(program: Program, rank: int) -> dict[int, tuple[tuple[int, int, int], ...]]:
-    """For each RECV position of `rank`'s stream, the transfer keys to post there.
-
-    Keys come from one sender and are posted in that sender's SEND order: the RECV's
-    own key plus any earlier key of the sender not yet posted.
-    """
-    s2r = program.schedule.stage_to_rank
-    send_order: dict[int, list[tuple[int, int, int]]] = {}
-    for src, stream in enumerate(program.streams):
-        if src == rank:
-            continue
-        send_order[src] = [transfer_key(a) for a in stream if a.kind.is_send and s2r[a.peer_stage()] == rank]
-    posted: dict[int, int] = {src: 0 for src in send_order}
-    index = {src: {key: i for i, key in enumerate(keys)} for src, keys in send_order.items()}
-    plan: dict[int, tuple[tuple[int, int, int], ...]] = {}
-    for pos, action in enumerate(program.streams[rank]):
-        if not action.kind.is_recv:
-            continue
-        src = s2r[action.peer_stage()]
-        j = index[src][transfer_key(action)]
-        plan[pos] = tuple(send_order[src][posted[src] : j + 1])
-        posted[src] = max(posted[src], j + 1)
-    return plan
 
 
 class Transport:
@@ -115,7 +65,7 @@ class Transport:
         self._delta = datetime.timedelta(seconds=timeout)
         self._m = program.schedule.microbatches
         # Above every transfer's tag, so shape messages never match a transfer.
-        self._meta_tag = 2 * program.schedule.num_stages * self._m
+        self._meta_tag = transfer_count(program.schedule.num_stages, self._m)
         self._groups: dict[tuple[int, int], dist.ProcessGroup | None] = {}
         # new_group is collective over the world: every rank creates every group, in order.
         for pair in directed_pairs(program):
@@ -129,19 +79,19 @@ class Transport:
             dist.destroy_process_group(group)
         self._groups.clear()
 
-    def isend(self, tensor: Tensor, dst: int, key: tuple[int, int, int]) -> dist.Work:
+    def isend(self, tensor: Tensor, dst: int, transfer: Transfer) -> dist.Work:
         """Post a send; a connection already closed by `dst` is a PeerError, like a failed wait."""
         try:
-            return self._isend(tensor, dst, tag_of(key, self._m))
+            return self._isend(tensor, dst, transfer.number(self._m))
         except RuntimeError as exc:
-            raise self._peer_error(exc, key_text(key, sending=True), dst) from None
+            raise self._peer_error(exc, str(transfer.send()), dst) from None
 
-    def irecv(self, buffer: Tensor, src: int, key: tuple[int, int, int]) -> dist.Work:
+    def irecv(self, buffer: Tensor, src: int, transfer: Transfer) -> dist.Work:
         """Post a receive; a connection already closed by `src` is a PeerError."""
         try:
-            return self._irecv(buffer, src, tag_of(key, self._m))
+            return self._irecv(buffer, src, transfer.number(self._m))
         except RuntimeError as exc:
-            raise self._peer_error(exc, key_text(key, sending=False), src) from None
+            raise self._peer_error(exc, str(transfer.recv()), src) from None
 
     def _peer_error(self, exc: RuntimeError, waiting_on: str, peer: int) -> PeerError:
         return PeerError(

@@ -37,23 +37,20 @@ import torch.distributed as dist
 from torch import Tensor
 
 from schedules import Kind, Program
-from schedules.posting import STEP, post_positions
+from schedules.ir import Transfer
+from schedules.posting import STEP, PostAhead, post_positions, posting_plan
+from schedules.stages import role_of
 
 from . import reference
 from .clock import clock_for
-from .comm import (
-    TRANSPORTS, Transport, check_boundary, decode_meta, encode_meta, key_text, posting_plan, reason, transfer_key,
-)
+from .comm import TRANSPORTS, Transport, check_boundary, decode_meta, encode_meta, reason
 from .errors import ConfigError, PeerError
 from .memory import SavedTensorMeter
 from .models import PipelineModel, microbatch_sizes, partition
-from .record import RunResult, summarize
+from .record import RunResult, gather
 from .stage import Stage
 
-F_, B_, I_, W_, SEND_, RECV_, POST_ = range(7)
 POST_AHEAD_NAMES = ("auto", STEP)
-_CODE = {Kind.F: F_, Kind.B: B_, Kind.I: I_, Kind.W: W_,
-         Kind.SEND_F: SEND_, Kind.SEND_B: SEND_, Kind.RECV_F: RECV_, Kind.RECV_B: RECV_}
 
 
 @dataclass(frozen=True)
@@ -176,37 +173,37 @@ class Session:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)  # object collectives on NCCL use the current device
         self._reference = reference.compute(model, self.device) if options.check else None
-        self._runner = _Runner(self.plan, self.device)
+        self._rank = _RankState(self.plan, self.device)
         self._closed = False
         try:
-            self._runner.agree_shapes()
+            self._rank.agree_shapes()
         except BaseException as exc:
             self.close(keep_groups=isinstance(exc, PeerError))
             raise
 
     def named_parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
         """This rank's parameters (of its stages), named as in `PipelineModel.full_module()`."""
-        return [(n, p) for stage in self._runner.stages.values() for n, p in stage.module.named_parameters()]
+        return [(n, p) for stage in self._rank.stages.values() for n, p in stage.module.named_parameters()]
 
     def step(self, measured: bool = True) -> float:
         """One step on every rank; returns its wall time (barrier to barrier) in seconds."""
-        return self._runner.step(len(self._runner.step_times) if measured else None)
+        return self._rank.step(len(self._rank.step_times) if measured else None)
 
     def finish(self) -> RunResult:
         """Gather every rank's records to rank 0 and end the run; rank 0's result has them all."""
-        runner = self._runner
-        if not runner.step_times:
+        state = self._rank
+        if not state.step_times:
             raise ValueError("finish() needs at least one measured step")
         try:
-            payload = runner.payload(self._reference)
+            payload = state.payload(self._reference)
         finally:
             self.close()
-        gathered = [None] * dist.get_world_size() if runner.rank == 0 else None
+        gathered = [None] * dist.get_world_size() if state.rank == 0 else None
         dist.gather_object(payload, gathered, dst=0)
-        result = summarize(self.plan, gathered, runner.backend, self.device) if runner.rank == 0 else None
+        result = gather(self.plan, gathered, state.backend, self.device) if state.rank == 0 else None
         verdict = [None if result is None else result.passed]
         dist.broadcast_object_list(verdict, src=0)
-        return result if result is not None else RunResult(rank=runner.rank, passed=verdict[0])
+        return result if result is not None else RunResult(rank=state.rank, passed=verdict[0])
 
     def close(self, keep_groups: bool = False) -> None:
         """Give the modules back their own forward and drop this run's groups (idempotent).
@@ -217,7 +214,7 @@ class Session:
         """
         if not self._closed:
             self._closed = True
-            self._runner.close(keep_groups)
+            self._rank.close(keep_groups)
 
     def __enter__(self) -> "Session":
         return self
@@ -226,15 +223,65 @@ class Session:
         self.close(keep_groups=exc_type is not None and issubclass(exc_type, PeerError))
 
 
+@dataclass(frozen=True, slots=True)
+class Receive:
+    """One receive to post: its transfer, from rank `peer`, into a buffer of `shape` and
+    `dtype`; `recv_position` is its RECV's stream position (its row ends when the data is
+    waited for), `label` names the RECV in errors."""
+
+    transfer: Transfer
+    peer: int
+    shape: torch.Size
+    dtype: torch.dtype
+    recv_position: int
+    label: str
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ComputeOp:
+    """Run `kind` of `microbatch` on `stage` (stream position `position`): its input is the data
+    of transfer `consumes` (None: the batch, or nothing for W), its output that of `produces`
+    (None: nothing to hand on); `split` marks a forward whose backward is split into I and W."""
+
+    position: int
+    kind: Kind
+    stage: Stage
+    microbatch: int
+    consumes: Transfer | None
+    produces: Transfer | None
+    split: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SendOp:
+    """Post the send of `transfer` to rank `peer` (stream position `position`, `label` its SEND)."""
+
+    position: int
+    transfer: Transfer
+    peer: int
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
+class PostOp:
+    """Post `receives`; `at_recv` when this is the RECV at `position` itself (its row starts
+    here), else the receives are posted ahead of their RECVs."""
+
+    position: int
+    receives: tuple[Receive, ...]
+    at_recv: bool
+
+
+Op = ComputeOp | SendOp | PostOp
+
+
 @dataclass
 class _Pending:
-    """A posted receive: its work, its buffer, and the RECV action's position."""
+    """A posted receive: its work and buffer, and what it was posted for."""
 
     work: Any
     buffer: Tensor
-    row: int
-    peer: int
-    label: str
+    receive: Receive
 
 
 @dataclass
@@ -248,7 +295,7 @@ class _StepLog:
     cuda_after: list | None = None  # torch.cuda.memory_allocated after each compute action
 
 
-class _Runner:
+class _RankState:
     """The per-rank state of one run: stages, transport, compiled stream, records."""
 
     def __init__(self, plan: Plan, device: torch.device):
@@ -271,14 +318,16 @@ class _Runner:
         self.inputs = list(torch.tensor_split(inputs, m))
         weights = [n / model.batch_size for n in plan.sizes]
         split_stages = {a.stage for a in self.stream if a.kind is Kind.I}
+        roles = {s: role_of(s, num_stages) for s in self.local}
         modules = {
-            s: model.stage_module(plan.layers[s], s == 0, s == num_stages - 1).to(device) for s in self.local
+            s: model.stage_module(plan.layers[s], roles[s].holds_prologue, roles[s].holds_epilogue).to(device)
+            for s in self.local
         }
         params = [p for mod in modules.values() for p in mod.parameters()]
         self.meter = SavedTensorMeter([*params, inputs, targets])
         self.stages: dict[int, Stage] = {}
         for s, module in modules.items():
-            last = s == num_stages - 1
+            last = roles[s].holds_epilogue
             self.stages[s] = Stage(
                 s, module, self.meter,
                 loss=model.loss if last else None,
@@ -296,7 +345,7 @@ class _Runner:
         self.peaks: list[int] = []
         self.cuda_peaks: list[int] = []
         self.losses: list[float] = []
-        self.ops: list[tuple] = []
+        self.ops: list[Op] = []
 
     # ----------------------------------------------------------------- setup
 
@@ -358,46 +407,37 @@ class _Runner:
         self._compile()
 
     def _compile(self) -> None:
-        """The stream as tuples the step loop can run without looking anything up."""
+        """The stream as named ops the step loop can run without looking anything up."""
         s2r = self.schedule.stage_to_rank
         num_stages = self.schedule.num_stages
         split_mbs = {(a.stage, a.microbatch) for a in self.stream if a.kind is Kind.I}
         plan = posting_plan(self.plan.program, self.rank) if self.transport.kind == "ordered" else {}
-        recv_row = {transfer_key(a): i for i, a in enumerate(self.stream) if a.kind.is_recv}
-        ahead = self.plan.options.resolved_post_ahead(self.backend)
-        early: dict[int, list] = {}  # stream position -> receives to post before it
-        if ahead:
+        recv_at = {a.transfer: i for i, a in enumerate(self.stream) if a.kind.is_recv}
+        ahead = PostAhead.parse(self.plan.options.resolved_post_ahead(self.backend))
+        early: dict[int, list[int]] = {}  # stream position -> RECV positions whose receives are posted before it
+        if not ahead.at_recv:
             for recv, at in post_positions(self.stream, ahead).items():
                 early.setdefault(at, []).append(recv)
-        ops = []
+
+        def receives(position: int) -> tuple[Receive, ...]:
+            """What to post for the RECV at `position`: its transfer, or the ordered transport's plan."""
+            transfers = plan.get(position, (self.stream[position].transfer,))
+            return tuple(
+                Receive(t, s2r[t.sender], *self._buffer_shape(t), recv_at[t], str(t.recv())) for t in transfers
+            )
+
+        ops: list[Op] = []
         for i, a in enumerate(self.stream):
             for j in early.get(i, ()):
-                r = self.stream[j]
-                keys = plan.get(j, (transfer_key(r),))
-                posts = tuple((k, self._buffer_shape(k), recv_row[k], self._label(k)) for k in keys)
-                ops.append((POST_, j, None, r.microbatch, posts, s2r[r.peer_stage()], False, str(r)))
-            code = _CODE[a.kind]
-            s, mb = a.stage, a.microbatch
-            stage = self.stages.get(s)
-            if code == F_:
-                key_in = None if s == 0 else (0, s - 1, mb)
-                key_out = None if s == num_stages - 1 else (0, s, mb)
-                ops.append((code, i, stage, mb, key_in, key_out, (s, mb) in split_mbs, str(a)))
-            elif code in (B_, I_):
-                key_in = None if s == num_stages - 1 else (1, s + 1, mb)
-                key_out = None if s == 0 else (1, s, mb)
-                ops.append((code, i, stage, mb, key_in, key_out, False, str(a)))
-            elif code == W_:
-                ops.append((code, i, stage, mb, None, None, False, str(a)))
+                ops.append(PostOp(j, receives(j), at_recv=False))
+            if a.kind.is_compute:
+                split = a.kind is Kind.F and (a.stage, a.microbatch) in split_mbs
+                ops.append(ComputeOp(i, a.kind, self.stages[a.stage], a.microbatch, a.consumes(num_stages),
+                                     a.produces(num_stages), split))
+            elif a.kind.is_send:
+                ops.append(SendOp(i, a.transfer, s2r[a.transfer.receiver], str(a)))
             else:
-                key = transfer_key(a)
-                peer = s2r[a.peer_stage()]
-                if code == SEND_:
-                    ops.append((code, i, None, mb, key, peer, False, str(a)))
-                else:
-                    keys = () if ahead else plan.get(i, (key,))
-                    posts = tuple((k, self._buffer_shape(k), recv_row[k], self._label(k)) for k in keys)
-                    ops.append((code, i, None, mb, posts, peer, False, str(a)))
+                ops.append(PostOp(i, receives(i) if ahead.at_recv else (), at_recv=True))
         self.ops = ops
         self.static_rows = [
             (self.rank, a.stage, self.schedule.chunk_of(a.stage), a.microbatch, a.kind.value, str(a),
@@ -405,14 +445,10 @@ class _Runner:
             for a in self.stream
         ]
 
-    def _buffer_shape(self, key: tuple[int, int, int]) -> tuple[torch.Size, torch.dtype]:
-        """Shape of transfer `key`: the boundary's shape with this microbatch's rows."""
-        _, sender, mb = key
-        shape, dtype = self.shapes[sender if key[0] == 0 else sender - 1]
-        return torch.Size((self.plan.sizes[mb], *shape[1:])), dtype
-
-    def _label(self, key: tuple[int, int, int]) -> str:
-        return key_text(key, sending=False)
+    def _buffer_shape(self, transfer: Transfer) -> tuple[torch.Size, torch.dtype]:
+        """Shape and dtype of `transfer`: its boundary's, with its microbatch's rows."""
+        shape, dtype = self.shapes[transfer.boundary]
+        return torch.Size((self.plan.sizes[transfer.microbatch], *shape[1:])), dtype
 
     # ------------------------------------------------------------------ step
 
@@ -476,42 +512,45 @@ class _Runner:
         pending: dict = {}
         sends: list = []
         self.clock.begin()
-        for code, i, stage, mb, a, b, split, text in self.ops:
-            if code >= RECV_:
-                if code == RECV_:
-                    starts[i] = stamp()
-                for key, (shape, dtype), row, label in a:
-                    buffer = torch.empty(shape, dtype=dtype, device=device)
-                    pending[key] = _Pending(transport.irecv(buffer, b, key), buffer, row, b, label)
+        for op in self.ops:
+            if type(op) is PostOp:
+                if op.at_recv:
+                    starts[op.position] = stamp()
+                for receive in op.receives:
+                    buffer = torch.empty(receive.shape, dtype=receive.dtype, device=device)
+                    pending[receive.transfer] = _Pending(
+                        transport.irecv(buffer, receive.peer, receive.transfer), buffer, receive)
                 continue
-            if code == SEND_:
+            i = op.position
+            if type(op) is SendOp:
                 # A send's end is its delivery, read from the receiver's RECV (record.py):
                 # gloo reports a send complete only once waited on, NCCL only from its stream.
                 starts[i] = ends[i] = stamp()
-                tensor = mailbox.pop(a)
-                sends.append((transport.isend(tensor, b, a), tensor, b, text))
+                tensor = mailbox.pop(op.transfer)
+                sends.append((transport.isend(tensor, op.peer, op.transfer), tensor, op.peer, op.label))
                 continue
             x = None
-            if a is not None:
-                recv = pending.pop(a, None)
+            if op.consumes is not None:
+                recv = pending.pop(op.consumes, None)
                 if recv is None:
-                    x = mailbox.pop(a)
+                    x = mailbox.pop(op.consumes)
                 else:
-                    transport.wait(recv.work, recv.label, recv.peer)
-                    ends[recv.row] = stamp()
+                    transport.wait(recv.work, recv.receive.label, recv.receive.peer)
+                    ends[recv.receive.recv_position] = stamp()
                     x = recv.buffer
             before[i] = meter.bytes
             starts[i] = stamp()
-            if code == F_:
-                out = stage.forward(mb, inputs[mb] if x is None else x, split)
-            elif code == B_:
+            kind, stage, mb = op.kind, op.stage, op.microbatch
+            if kind is Kind.F:
+                out = stage.forward(mb, inputs[mb] if x is None else x, op.split)
+            elif kind is Kind.B:
                 out = stage.backward(mb, x)
-            elif code == I_:
+            elif kind is Kind.I:
                 out = stage.backward_input(mb, x)
             else:
                 out = stage.backward_weight(mb)
-            if b is not None:
-                mailbox[b] = out
+            if op.produces is not None:
+                mailbox[op.produces] = out
             ends[i] = stamp()
             after[i] = meter.bytes
             if cuda_after is not None:

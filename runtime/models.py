@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from schedules.stages import balanced_layers
+
 from .errors import ConfigError
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
@@ -208,7 +210,8 @@ class LMHead(nn.Module):
 def partition(num_layers: int, num_stages: int, split: Sequence[int] | None = None) -> tuple[range, ...]:
     """Contiguous layer ranges, one per stage: balanced by count, or `split` layers each.
 
-    Balanced: every stage gets floor(L/S) layers and the first L mod S stages one more.
+    Balanced: schedules.stages.balanced_layers (floor(L/S) layers each, the first L mod S
+    stages one more), the cut the simulator's calibration assumes too.
     """
     if split is not None:
         split = list(split)
@@ -218,18 +221,13 @@ def partition(num_layers: int, num_stages: int, split: Sequence[int] | None = No
             raise ConfigError(f"--split entries must be positive layer counts; got {split}")
         if sum(split) != num_layers:
             raise ConfigError(f"--split sums to {sum(split)} layers but the model has {num_layers}")
-        sizes = split
-    else:
-        if num_layers < num_stages:
-            raise ConfigError(
-                f"the model has {num_layers} layers, fewer than the schedule's {num_stages} stages"
-            )
-        base, extra = divmod(num_layers, num_stages)
-        sizes = [base + (1 if s < extra else 0) for s in range(num_stages)]
-    bounds = [0]
-    for size in sizes:
-        bounds.append(bounds[-1] + size)
-    return tuple(range(bounds[s], bounds[s + 1]) for s in range(num_stages))
+        bounds = [0]
+        for size in split:
+            bounds.append(bounds[-1] + size)
+        return tuple(range(bounds[s], bounds[s + 1]) for s in range(num_stages))
+    if num_layers < num_stages:
+        raise ConfigError(f"the model has {num_layers} layers, fewer than the schedule's {num_stages} stages")
+    return tuple(range(first, end) for first, end in balanced_layers(num_layers, num_stages))
 
 
 def microbatch_sizes(batch_size: int, microbatches: int) -> list[int]:

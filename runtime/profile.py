@@ -31,8 +31,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from schedules import Kind
+from schedules.stages import roles
+
 from .memory import SavedTensorMeter
-from .models import PipelineModel
+from .models import PipelineModel, microbatch_sizes
 from .stage import Stage
 
 PROFILE = "profile.json"
@@ -43,10 +46,6 @@ P2P_TAG = 1 << 30  # far above the run's transfer tags
 
 def collect(program, model: PipelineModel, device: torch.device, layers: bool, p2p: bool) -> dict[str, Any] | None:
     """The profiles asked for, at the run's microbatch size; collective, rank 0 gets them."""
-    from schedules import Kind
-
-    from .models import microbatch_sizes
-
     schedule = program.schedule
     rows = microbatch_sizes(model.batch_size, schedule.microbatches)[0]
     split = any(a.kind is Kind.I for stream in program.streams for a in stream)
@@ -57,11 +56,6 @@ def collect(program, model: PipelineModel, device: torch.device, layers: bool, p
         boundary = _boundary_input(model, model.inputs[:rows].to(device))
         out["p2p"] = profile_p2p(boundary.numel() * boundary.element_size(), device)
     return out if dist.get_rank() == 0 else None
-
-
-def roles(num_stages: int) -> tuple[str, ...]:
-    """The stage roles a pipeline of `num_stages` stages has."""
-    return ("only",) if num_stages == 1 else ("first", "middle", "last")
 
 
 def profile_layers(
@@ -75,12 +69,12 @@ def profile_layers(
     hidden = _boundary_input(model, inputs)
     counts = [n for n in LAYER_COUNTS if n <= len(model.layers)]
     for role in roles(num_stages):
-        first, last = role in ("first", "only"), role in ("last", "only")
+        first, last = role.holds_prologue, role.holds_epilogue
         for n in counts:
             records.append(
                 _profile_stage(model, range(n), first, last, inputs if first else hidden, targets, rows,
                                device, split, repeats, warmup)
-                | {"rank": dist.get_rank(), "role": role, "layers": n}
+                | {"rank": dist.get_rank(), "role": role.value, "layers": n}
             )
     gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
     dist.gather_object(records, gathered, dst=0)

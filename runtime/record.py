@@ -7,12 +7,9 @@ blocking), never before its own start. Memory rows give, per rank, the bytes sav
 backward at the step start and after every compute action; on GPU, cuda_memory.csv
 (same schema) gives torch.cuda.memory_allocated after every compute action.
 
-Metrics follow the simulator's definitions (sim/result.py), per measured step, then
-the median over steps: makespan T is the latest end of any action of the step (all
-ranks' clocks start at the aligned step start), busy_r is rank r's summed F/B/I/W time,
-``bubble_ratio = sum_r (T - busy_r) / (p T)`` and ``bubble_ratio_rank_span =
-sum_r (span_r - busy_r) / sum_r span_r`` with span_r from rank r's first compute
-start to its last compute end.
+Metrics are the simulator's, per measured step (schedules.timeline.step_metrics defines
+them for both), then the median over steps: makespan, bubble_ratio and
+bubble_ratio_rank_span.
 """
 
 from __future__ import annotations
@@ -29,11 +26,11 @@ from typing import Any
 import torch
 
 import schedules
-from schedules.timeline import bubble_ratio, bubble_ratio_rank_span, memory_frame, timeline_frame
+from schedules.ir import COMPUTE_NAMES, RECV_NAMES, SEND_NAMES
+from schedules.timeline import memory_frame, step_metrics, timeline_frame
 
 from .clock import __doc__ as CLOCK_DOC
 
-COMPUTE = ("F", "B", "I", "W")
 SUMMARY = "summary.json"
 
 
@@ -49,30 +46,8 @@ class RunResult:
     cuda_memory: Any = None  # on GPU: torch.cuda.memory_allocated, same schema
 
 
-def step_metrics(timeline, ranks: int) -> list[dict[str, float]]:
-    """Makespan and bubble ratios of every step of a measured timeline."""
-    metrics = []
-    for step, rows in timeline.groupby("step", sort=True):
-        makespan = float(rows["end"].max())
-        compute = rows[rows["kind"].isin(COMPUTE)]
-        durations = compute["end"] - compute["start"]
-        busy = durations.groupby(compute["rank"]).sum()
-        total_busy = float(busy.sum())
-        span = compute.groupby("rank").agg(first=("start", "min"), last=("end", "max"))
-        spans = float((span["last"] - span["first"]).sum())
-        metrics.append(
-            {
-                "step": int(step),
-                "makespan": makespan,
-                "bubble_ratio": bubble_ratio(ranks, makespan, total_busy),
-                "bubble_ratio_rank_span": bubble_ratio_rank_span(spans, total_busy),
-            }
-        )
-    return metrics
-
-
-def summarize(plan, payloads: list[dict[str, Any]], backend: str, device: torch.device):
-    """The RunResult of rank 0: tables, summary dict and --check verdict."""
+def gather(plan, payloads: list[dict[str, Any]], backend: str, device: torch.device) -> RunResult:
+    """Rank 0's RunResult from every rank's payload: tables, summary dict and --check verdict."""
     program = plan.program
     schedule = program.schedule
     payloads = sorted(payloads, key=lambda p: p["rank"])
@@ -100,7 +75,7 @@ def summarize(plan, payloads: list[dict[str, Any]], backend: str, device: torch.
         }
         entry.update(
             {
-                (f"{k}_seconds" if k in COMPUTE else k): v
+                (f"{k}_seconds" if k in COMPUTE_NAMES else k): v
                 for k, v in owner["stages"][s].items()
             }
         )
@@ -120,9 +95,9 @@ def summarize(plan, payloads: list[dict[str, Any]], backend: str, device: torch.
         "warmup": payloads[0]["warmup_steps"],
         "step_time_median": median(step_times),
         "step_times": step_times,
-        "makespan_median": median(m["makespan"] for m in metrics),
-        "bubble_ratio": median(m["bubble_ratio"] for m in metrics),
-        "bubble_ratio_rank_span": median(m["bubble_ratio_rank_span"] for m in metrics),
+        "makespan_median": median(metrics["makespan"]),
+        "bubble_ratio": median(metrics["bubble_ratio"]),
+        "bubble_ratio_rank_span": median(metrics["bubble_ratio_rank_span"]),
         "peak_activation_bytes": [p["peak_bytes"] for p in payloads],
         "peak_cuda_allocated_bytes": [p["peak_cuda_bytes"] for p in payloads] if device.type == "cuda" else None,
         "loss": loss,
@@ -145,13 +120,13 @@ def summarize(plan, payloads: list[dict[str, Any]], backend: str, device: torch.
 
 
 def set_delivery_times(timeline, program) -> None:
-    """Set every SEND's end to its delivery: the end of the matching RECV (not before its start)."""
-    matching = {str(a): str(a.matching()) for stream in program.streams for a in stream if a.kind.is_send}
-    recvs = timeline[timeline["kind"].isin(("RECV_F", "RECV_B"))]
-    arrived = dict(zip(zip(recvs["step"], recvs["action"]), recvs["end"]))
-    sends = timeline.index[timeline["kind"].isin(("SEND_F", "SEND_B"))]
+    """Set every SEND's end to its delivery: the end of its transfer's RECV (not before its start)."""
+    transfer_of = {str(a): a.transfer for stream in program.streams for a in stream if a.kind.is_comm}
+    recvs = timeline[timeline["kind"].isin(RECV_NAMES)]
+    arrived = {(step, transfer_of[action]): end for step, action, end in zip(recvs["step"], recvs["action"], recvs["end"])}
+    sends = timeline.index[timeline["kind"].isin(SEND_NAMES)]
     for i in sends:
-        key = (timeline.at[i, "step"], matching[timeline.at[i, "action"]])
+        key = (timeline.at[i, "step"], transfer_of[timeline.at[i, "action"]])
         timeline.at[i, "end"] = max(timeline.at[i, "start"], arrived[key])
 
 
@@ -216,7 +191,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"loss {summary['loss']:.6g}")
     for st in summary["stage_costs"]:
         times = "  ".join(
-            f"{k} {st[f'{k}_seconds'] * 1e3:.3f} ms" for k in COMPUTE if f"{k}_seconds" in st
+            f"{k} {st[f'{k}_seconds'] * 1e3:.3f} ms" for k in COMPUTE_NAMES if f"{k}_seconds" in st
         )
         lines.append(f"  stage {st['stage']} (rank {st['rank']}, layers {st['layers'][0]}..{st['layers'][1] - 1}): {times}")
     check = summary.get("check")

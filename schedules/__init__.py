@@ -5,14 +5,13 @@ streams with point-to-point actions, validate, and read or write it as CSV or JS
 """
 
 from .analysis import in_flight, peak_in_flight
+from .checked import build, build_for, load_csv, load_json, load_program_csv, load_program_json, lower, validate
 from .errors import ScheduleError
 from .grid import grid
-from .io import load_csv, load_json, load_program_csv, load_program_json, save_csv, save_json
+from .io import save_csv, save_json
 from .ir import Action, Kind
-from .lowering import lower
-from .registry import available, build, generator, register
+from .registry import available, generator, register
 from .schedule import Program, Schedule
-from .validate import validate
 
 # Generator modules register themselves on import; one module per schedule.
 from . import gpipe, one_f_one_b, interleaved, zb_h1, zb_h2, zbv, looped_bfs  # noqa: E402,F401  isort: skip
@@ -25,6 +24,7 @@ __all__ = [
     "ScheduleError",
     "available",
     "build",
+    "build_for",
     "generator",
     "grid",
     "in_flight",

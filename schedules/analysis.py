@@ -1,8 +1,10 @@
-"""Order-level facts about a schedule that need no cost model."""
+"""Order-level facts about a schedule or a stream that need no cost model."""
 
 from __future__ import annotations
 
-from .ir import Kind
+from typing import Sequence
+
+from .ir import COMPUTE_KINDS, Action, Kind
 from .schedule import Schedule
 
 
@@ -29,3 +31,23 @@ def in_flight(schedule: Schedule) -> list[list[int]]:
 def peak_in_flight(schedule: Schedule) -> list[int]:
     """Per rank, the most stage-microbatches held at once (chunk-microbatches for v > 1)."""
     return [max(trace, default=0) for trace in in_flight(schedule)]
+
+
+def switches(stream: Sequence[Action]) -> list[bool]:
+    """Per action of one rank's stream: whether it is a compute action that does not repeat
+    the stage and kind of the rank's previous compute action (the rank's first compute
+    action switches). On a CPU the caches then hold another working set; the simulator
+    charges such actions more and the calibration measures by how much."""
+    flags: list[bool] = []
+    append = flags.append
+    previous = None  # (stage, kind) of the previous compute action
+    compute = frozenset(COMPUTE_KINDS)  # a set lookup: this runs once per action of every simulation
+    for action in stream:
+        kind = action.kind
+        if kind in compute:
+            here = (action.stage, kind)
+            append(here != previous)
+            previous = here
+        else:
+            append(False)
+    return flags

@@ -2,8 +2,13 @@
 
 CSV layout, as written by torch.distributed.pipelining's ``_dump_csv``: one row per
 rank, one action per cell in its text form (``0F1``, ``2SEND_B3``); empty cells are
-idle slots and are skipped, as are torch's FSDP housekeeping cells (``0UNSHARD``). The compute-only form holds F/B/I/W; the with-communication
-form holds the lowered streams. Sizes and placement are inferred from the file.
+idle slots and are skipped, as are torch's FSDP housekeeping cells (``0UNSHARD``). The
+compute-only form holds F/B/I/W; the with-communication form holds the lowered streams.
+Sizes and placement are inferred from the file.
+
+This module reads and writes the formats and checks nothing beyond them; the loaders
+that hand out checked schedules and programs (`load_csv`, `load_json`, ...) are in
+schedules.checked.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import csv
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from .errors import ScheduleError
 from .ir import Action
@@ -35,7 +41,8 @@ def save_csv(obj: Schedule | Program, path: str | Path) -> None:
             writer.writerow([str(a) for a in row])
 
 
-def _read_csv_rows(path: str | Path) -> list[list[Action]]:
+def read_csv_rows(path: str | Path) -> list[list[Action]]:
+    """Per rank (row of the file), its actions in order; ScheduleError naming a bad cell."""
     try:
         with open(path, newline="") as handle:
             raw = list(csv.reader(handle))
@@ -62,7 +69,7 @@ def _read_csv_rows(path: str | Path) -> list[list[Action]]:
     return rows
 
 
-def _infer_schedule(rows: list[list[Action]], name: str, where: str) -> Schedule:
+def infer_schedule(rows: list[list[Action]], name: str, where: str) -> Schedule:
     """Sizes and placement from the compute actions of per-rank rows."""
     ranks = len(rows)
     stage_rank: dict[int, int] = {}
@@ -96,26 +103,6 @@ def _infer_schedule(rows: list[list[Action]], name: str, where: str) -> Schedule
     )
 
 
-def load_csv(path: str | Path, name: str | None = None) -> Schedule:
-    """Load and validate a schedule from CSV; communication actions, if any, are dropped."""
-    from .validate import validate
-
-    schedule = _infer_schedule(_read_csv_rows(path), name or Path(path).stem, str(path))
-    validate(schedule)
-    return schedule
-
-
-def load_program_csv(path: str | Path, name: str | None = None) -> Program:
-    """Load and validate a lowered program (with SEND/RECV actions as written) from CSV."""
-    from .validate import validate
-
-    rows = _read_csv_rows(path)
-    schedule = _infer_schedule(rows, name or Path(path).stem, str(path))
-    program = Program(schedule, tuple(tuple(row) for row in rows))
-    validate(program)
-    return program
-
-
 def to_dict(obj: Schedule | Program) -> dict:
     """A JSON-ready dict; a Program adds its streams to the schedule's fields."""
     schedule = obj.schedule if isinstance(obj, Program) else obj
@@ -135,9 +122,7 @@ def to_dict(obj: Schedule | Program) -> dict:
 
 
 def from_dict(data: dict, where: str = "schedule JSON") -> Schedule | Program:
-    """Inverse of to_dict; validates and raises ScheduleError naming the bad field."""
-    from .validate import validate
-
+    """Inverse of to_dict, unchecked; raises ScheduleError naming a bad field."""
     if not isinstance(data, dict) or data.get("format") != JSON_FORMAT:
         raise ScheduleError(f"{where}: not a {JSON_FORMAT} document (missing or wrong 'format')")
 
@@ -170,11 +155,7 @@ def from_dict(data: dict, where: str = "schedule JSON") -> Schedule | Program:
         stage_to_rank=tuple(s2r),
         order=actions("order"),
     )
-    result: Schedule | Program = schedule
-    if "streams" in data:
-        result = Program(schedule, actions("streams"))
-    validate(result)
-    return result
+    return Program(schedule, actions("streams")) if "streams" in data else schedule
 
 
 def save_json(obj: Schedule | Program, path: str | Path) -> None:
@@ -182,20 +163,12 @@ def save_json(obj: Schedule | Program, path: str | Path) -> None:
     Path(path).write_text(json.dumps(to_dict(obj), indent=1) + "\n")
 
 
-def load_json(path: str | Path) -> Schedule | Program:
-    """Read what save_json wrote: a Program if the file has streams, else a Schedule."""
+def read_json(path: str | Path, error: type[Exception] = ScheduleError, what: str = "") -> Any:
+    """The JSON document in file `path`; an unreadable file or bad JSON raises `error` with one
+    line: "cannot read {what}{path}: ..." or "{what}{path} is not valid JSON: ..."."""
     try:
-        data = json.loads(Path(path).read_text())
+        return json.loads(Path(path).read_text())
     except OSError as exc:
-        raise ScheduleError(f"cannot read {path}: {exc.strerror}") from None
+        raise error(f"cannot read {what}{path}: {exc.strerror or exc}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ScheduleError(f"{path} is not valid JSON: {exc}") from None
-    return from_dict(data, where=str(path))
-
-
-def load_program_json(path: str | Path) -> Program:
-    """Read a Program from JSON; a file holding only a Schedule is lowered."""
-    from .lowering import lower
-
-    obj = load_json(path)
-    return obj if isinstance(obj, Program) else lower(obj)
+        raise error(f"{what}{path} is not valid JSON: {exc}") from None

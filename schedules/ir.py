@@ -1,14 +1,21 @@
-"""The instruction-level IR: action kinds and actions, with the field's text form.
+"""The instruction-level IR: action kinds, actions and the transfers between stages.
 
-The text form is the one `torch.distributed.pipelining` prints and parses:
+The text form of an action is the one `torch.distributed.pipelining` prints and parses:
 stage index, kind, microbatch index, e.g. ``0F1``, ``3B0``, ``2SEND_B3``.
+
+A transfer (`Transfer`) is what one SEND and its RECV move: named by its direction,
+the stage that sends it and the microbatch. `Action.transfer` is the one place that
+names the transfer of a SEND or RECV; the lowering, the validation, the simulator's
+matching of sends to receives and the executor's buffers and tags all go through it,
+so that they cannot disagree.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from enum import Enum
+from enum import Enum, IntEnum
+from typing import NamedTuple
 
 from .errors import ScheduleError
 
@@ -27,7 +34,7 @@ class Kind(str, Enum):
 
     @property
     def is_compute(self) -> bool:
-        return self in COMPUTE_KINDS
+        return self in _COMPUTE
 
     @property
     def is_comm(self) -> bool:
@@ -42,15 +49,85 @@ class Kind(str, Enum):
         return self in (Kind.RECV_F, Kind.RECV_B)
 
     @property
-    def is_backward(self) -> bool:
-        """True for the kinds that produce the stage's input gradient (B and I)."""
+    def produces_input_grad(self) -> bool:
+        """True for B and I: they take the stage's output gradient and produce its input
+        gradient (W, the weight-gradient half of a split backward, does neither)."""
         return self in (Kind.B, Kind.I)
 
 
-COMPUTE_KINDS = frozenset({Kind.F, Kind.B, Kind.I, Kind.W})
+# The kinds in a fixed order (legends, tables), and the names a timeline's "kind" column holds.
+COMPUTE_KINDS: tuple[Kind, ...] = (Kind.F, Kind.B, Kind.I, Kind.W)
+SEND_KINDS: tuple[Kind, ...] = (Kind.SEND_F, Kind.SEND_B)
+RECV_KINDS: tuple[Kind, ...] = (Kind.RECV_F, Kind.RECV_B)
+COMM_KINDS: tuple[Kind, ...] = (Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B)
+COMPUTE_NAMES: tuple[str, ...] = tuple(k.value for k in COMPUTE_KINDS)
+SEND_NAMES: tuple[str, ...] = tuple(k.value for k in SEND_KINDS)
+RECV_NAMES: tuple[str, ...] = tuple(k.value for k in RECV_KINDS)
+COMM_NAMES: tuple[str, ...] = tuple(k.value for k in COMM_KINDS)
+_COMPUTE = frozenset(COMPUTE_KINDS)
 
 # Longest names first so that e.g. "SEND_F" is not read as "S" + garbage.
-_ACTION_RE = re.compile(r"(\d+)(SEND_F|RECV_F|SEND_B|RECV_B|F|B|I|W)(\d+)")
+_ACTION_RE = re.compile(r"(\d+)(" + "|".join(sorted((k.value for k in Kind), key=len, reverse=True)) + r")(\d+)")
+
+
+class Direction(IntEnum):
+    """Which way a transfer goes: activations down the stages, gradients back up."""
+
+    FORWARD = 0
+    BACKWARD = 1
+
+
+class Transfer(NamedTuple):
+    """One point-to-point transfer: `direction`, the `sender` stage and the `microbatch`.
+
+    A forward transfer carries stage `sender`'s output activation to stage sender+1; a
+    backward one carries stage `sender`'s input gradient to stage sender-1. A SEND and
+    its RECV name the same transfer (`Action.transfer`).
+    """
+
+    direction: Direction
+    sender: int
+    microbatch: int
+
+    @property
+    def receiver(self) -> int:
+        """The stage the transfer goes to."""
+        return self.sender + 1 if self.direction is Direction.FORWARD else self.sender - 1
+
+    @property
+    def boundary(self) -> int:
+        """The stage boundary it crosses: b for the boundary between stages b and b+1."""
+        return self.sender if self.direction is Direction.FORWARD else self.sender - 1
+
+    def send(self) -> "Action":
+        """The SEND action of this transfer (on the sending stage)."""
+        kind = Kind.SEND_F if self.direction is Direction.FORWARD else Kind.SEND_B
+        return Action(self.sender, kind, self.microbatch)
+
+    def recv(self) -> "Action":
+        """The RECV action of this transfer (on the receiving stage)."""
+        kind = Kind.RECV_F if self.direction is Direction.FORWARD else Kind.RECV_B
+        return Action(self.receiver, kind, self.microbatch)
+
+    def number(self, microbatches: int) -> int:
+        """A dense number in 0 .. transfer_count(stages, microbatches) - 1, distinct per transfer
+        (the simulator's transfer index, the executor's message tag); consecutive in the
+        microbatch: microbatch 0's number plus the microbatch."""
+        return (2 * self.sender + self.direction) * microbatches + self.microbatch
+
+
+def transfer_count(num_stages: int, microbatches: int) -> int:
+    """How many transfer numbers a program of these sizes may use (every number is below it)."""
+    return 2 * num_stages * microbatches
+
+
+# Per communication kind: the transfer's direction and its sending stage relative to the action's.
+_TRANSFER_OF_KIND = {
+    Kind.SEND_F: (Direction.FORWARD, 0),
+    Kind.RECV_F: (Direction.FORWARD, -1),
+    Kind.SEND_B: (Direction.BACKWARD, 0),
+    Kind.RECV_B: (Direction.BACKWARD, 1),
+}
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -81,29 +158,47 @@ class Action:
         stage, kind, microbatch = match.groups()
         return Action(int(stage), Kind(kind), int(microbatch))
 
+    @property
+    def transfer(self) -> Transfer:
+        """The transfer a SEND or RECV moves; ValueError for a compute action."""
+        side = _TRANSFER_OF_KIND.get(self.kind)
+        if side is None:
+            raise ValueError(f"{self} is a compute action and moves no transfer")
+        return Transfer(side[0], self.stage + side[1], self.microbatch)
+
+    def consumes(self, num_stages: int) -> Transfer | None:
+        """The transfer whose data compute action `self` takes as input, wherever the two
+        stages sit: an F the previous stage's activation, a B or I the next stage's
+        gradient; None at the ends of the pipeline, for W and for SEND/RECV."""
+        if self.kind is Kind.F:
+            return Transfer(Direction.FORWARD, self.stage - 1, self.microbatch) if self.stage > 0 else None
+        if self.kind.produces_input_grad and self.stage < num_stages - 1:
+            return Transfer(Direction.BACKWARD, self.stage + 1, self.microbatch)
+        return None
+
+    def produces(self, num_stages: int) -> Transfer | None:
+        """The transfer compute action `self` produces the data of: an F its activation for
+        the next stage, a B or I its input gradient for the previous one; None at the ends
+        of the pipeline, for W and for SEND/RECV."""
+        if self.kind is Kind.F:
+            return Transfer(Direction.FORWARD, self.stage, self.microbatch) if self.stage < num_stages - 1 else None
+        if self.kind.produces_input_grad and self.stage > 0:
+            return Transfer(Direction.BACKWARD, self.stage, self.microbatch)
+        return None
+
     def peer_stage(self) -> int | None:
         """For a communication action, the stage on the other end of the transfer."""
-        if self.kind is Kind.SEND_F:
-            return self.stage + 1
-        if self.kind is Kind.RECV_F:
-            return self.stage - 1
-        if self.kind is Kind.SEND_B:
-            return self.stage - 1
-        if self.kind is Kind.RECV_B:
-            return self.stage + 1
-        return None
+        if self.kind.is_compute:
+            return None
+        transfer = self.transfer
+        return transfer.receiver if self.kind.is_send else transfer.sender
 
     def matching(self) -> "Action":
         """The other half of a send/receive pair."""
-        if self.kind is Kind.SEND_F:
-            return Action(self.stage + 1, Kind.RECV_F, self.microbatch)
-        if self.kind is Kind.RECV_F:
-            return Action(self.stage - 1, Kind.SEND_F, self.microbatch)
-        if self.kind is Kind.SEND_B:
-            return Action(self.stage - 1, Kind.RECV_B, self.microbatch)
-        if self.kind is Kind.RECV_B:
-            return Action(self.stage + 1, Kind.SEND_B, self.microbatch)
-        raise ValueError(f"{self} is a compute action and has no matching transfer")
+        if self.kind.is_compute:
+            raise ValueError(f"{self} is a compute action and has no matching transfer")
+        transfer = self.transfer
+        return transfer.recv() if self.kind.is_send else transfer.send()
 
 
 def F(stage: int, microbatch: int) -> Action:

@@ -3,6 +3,7 @@
 Rule (deterministic, one pass per rank): a RECV goes immediately before the compute
 action that consumes the received tensor, a SEND immediately after the compute action
 that produced it. Stages on the same rank hand tensors over in memory, with no action.
+Lowering checks nothing: `schedules.checked` composes it with the validation.
 """
 
 from __future__ import annotations
@@ -13,50 +14,42 @@ from .schedule import Program, Schedule
 
 def incoming(schedule: Schedule, action: Action) -> Action | None:
     """The RECV that must precede compute `action` on its rank, or None."""
+    transfer = action.consumes(schedule.num_stages)
+    if transfer is None:
+        return None
     s2r = schedule.stage_to_rank
-    if action.kind is Kind.F and action.stage > 0:
-        if s2r[action.stage - 1] != s2r[action.stage]:
-            return Action(action.stage, Kind.RECV_F, action.microbatch)
-    elif action.kind.is_backward and action.stage < schedule.num_stages - 1:
-        if s2r[action.stage + 1] != s2r[action.stage]:
-            return Action(action.stage, Kind.RECV_B, action.microbatch)
-    return None
+    return transfer.recv() if s2r[transfer.sender] != s2r[action.stage] else None
 
 
 def outgoing(schedule: Schedule, action: Action) -> Action | None:
     """The SEND that must follow compute `action` on its rank, or None."""
+    transfer = action.produces(schedule.num_stages)
+    if transfer is None:
+        return None
     s2r = schedule.stage_to_rank
-    if action.kind is Kind.F and action.stage < schedule.num_stages - 1:
-        if s2r[action.stage + 1] != s2r[action.stage]:
-            return Action(action.stage, Kind.SEND_F, action.microbatch)
-    elif action.kind.is_backward and action.stage > 0:
-        if s2r[action.stage - 1] != s2r[action.stage]:
-            return Action(action.stage, Kind.SEND_B, action.microbatch)
-    return None
+    return transfer.send() if s2r[transfer.receiver] != s2r[action.stage] else None
 
 
 def insert_comms(schedule: Schedule) -> Program:
-    """Lower without validating (validation itself uses this)."""
+    """The lowered Program of `schedule`, unchecked (schedules.lower is the checked form)."""
+    # What a compute action needs depends on its stage and kind only, not on its microbatch:
+    # the kinds of the RECV before it and of the SEND after it, once per (stage, kind).
+    around: dict[tuple[int, Kind], tuple[Kind | None, Kind | None]] = {}
     streams = []
     for row in schedule.order:
         stream: list[Action] = []
+        append = stream.append
         for action in row:
-            recv = incoming(schedule, action)
-            if recv is not None:
-                stream.append(recv)
-            stream.append(action)
-            send = outgoing(schedule, action)
-            if send is not None:
-                stream.append(send)
+            stage, kind = action.stage, action.kind
+            kinds = around.get((stage, kind))
+            if kinds is None:
+                probe = Action(stage, kind, 0)
+                recv, send = incoming(schedule, probe), outgoing(schedule, probe)
+                kinds = around[(stage, kind)] = (recv and recv.kind, send and send.kind)
+            if kinds[0] is not None:
+                append(Action(stage, kinds[0], action.microbatch))
+            append(action)
+            if kinds[1] is not None:
+                append(Action(stage, kinds[1], action.microbatch))
         streams.append(tuple(stream))
     return Program(schedule=schedule, streams=tuple(streams))
-
-
-def lower(schedule: Schedule) -> Program:
-    """Validate `schedule` and return its lowered Program; raises ScheduleError."""
-    from .validate import check_program, check_rules
-
-    check_rules(schedule)
-    program = insert_comms(schedule)
-    check_program(program)
-    return program

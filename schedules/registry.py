@@ -1,4 +1,4 @@
-"""Schedules by name: each generator module registers itself here."""
+"""Schedules by name: each generator module registers itself here (schedules.checked builds them)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,11 @@ class Generator:
     summary: str
     chunks: int | None = 1
     min_chunks: int = 1
+
+    @property
+    def takes_chunks(self) -> bool:
+        """Whether the schedule takes a chunk count (else it runs its own fixed one)."""
+        return self.chunks is None
 
     def resolve_chunks(self, chunks: int | None) -> int:
         if self.chunks is not None:
@@ -58,24 +63,10 @@ def available() -> list[str]:
 
 
 def generator(name: str) -> Generator:
+    """The registered generator `name`; ScheduleError naming the available ones otherwise."""
     try:
         return _REGISTRY[name]
     except KeyError:
         raise ScheduleError(
             f"unknown schedule {name!r}; available: {', '.join(available())}"
         ) from None
-
-
-def build(name: str, ranks: int, microbatches: int, chunks: int | None = None, **options) -> Schedule:
-    """Generate and validate the schedule `name`; raises ScheduleError on illegal sizes."""
-    from .validate import validate
-
-    gen = generator(name)
-    for label, value in (("ranks", ranks), ("microbatches", microbatches)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ScheduleError(f"{label} must be a positive integer; got {value!r}")
-    if chunks is not None and (not isinstance(chunks, int) or chunks < 1):
-        raise ScheduleError(f"chunks must be a positive integer; got {chunks!r}")
-    schedule = gen.make(ranks, microbatches, gen.resolve_chunks(chunks), **options)
-    validate(schedule)
-    return schedule

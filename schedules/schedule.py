@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from .ir import Action
+from .ir import Action, Kind
 from .placement import name_of
 
 
@@ -46,7 +46,8 @@ class Schedule:
 
     @property
     def uses_split_backward(self) -> bool:
-        return any(a.kind.value in ("I", "W") for row in self.order for a in row)
+        """Whether any backward is split into I and W."""
+        return any(a.kind in (Kind.I, Kind.W) for row in self.order for a in row)
 
     def describe(self) -> str:
         return (

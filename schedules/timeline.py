@@ -26,11 +26,16 @@ A memory table has one row per change of activation memory on a rank:
 step (int64), rank (int64), time (float64 seconds), bytes (int64, activation bytes
 held after the change), source (str).
 
-This module names the columns and converts rows and CSV files into typed frames;
-pandas is imported lazily so that `schedules` itself stays light.
+This module names the columns, converts rows and CSV files into typed frames and
+defines the metrics of a step that both the simulator and the executor report
+(makespan, bubble ratios); pandas is imported lazily so that `schedules` itself stays
+light.
 """
 
 from __future__ import annotations
+
+from .errors import ScheduleError
+from .ir import COMPUTE_NAMES
 
 TIMELINE_COLUMNS: tuple[str, ...] = (
     "step", "rank", "stage", "chunk", "microbatch", "kind", "action", "start", "end", "peer", "source",
@@ -50,6 +55,15 @@ def missing_columns(columns, expected: tuple[str, ...]) -> list[str]:
     """Columns of `expected` absent from `columns` (for clear errors on malformed tables)."""
     present = set(columns)
     return [c for c in expected if c not in present]
+
+
+def check_timeline(timeline, what: str = "timeline") -> None:
+    """Raise ScheduleError unless `timeline` has this schema's columns and at least one row."""
+    missing = missing_columns(timeline.columns, TIMELINE_COLUMNS)
+    if missing:
+        raise ScheduleError(f"{what} is not a timeline table: missing columns {', '.join(missing)}")
+    if len(timeline) == 0:
+        raise ScheduleError(f"{what} has no rows")
 
 
 def _frame(rows, columns: tuple[str, ...], dtypes: dict[str, str]):
@@ -72,8 +86,6 @@ def memory_frame(rows):
 def read_table(path, kind: str = "timeline"):
     """Read a timeline or memory CSV, checking its columns; raises ScheduleError if malformed."""
     import pandas as pd
-
-    from .errors import ScheduleError
 
     columns, dtypes = (
         (TIMELINE_COLUMNS, TIMELINE_DTYPES) if kind == "timeline" else (MEMORY_COLUMNS, MEMORY_DTYPES)
@@ -107,3 +119,34 @@ def bubble_ratio_rank_span(spans: float, busy: float) -> float:
     `spans` and `busy` are summed over ranks; 0 when the spans are 0 (Qi et al. 2024).
     """
     return (spans - busy) / spans if spans > 0 else 0.0
+
+
+def step_makespans(timeline):
+    """Makespan of every step of a timeline, indexed by step in order: the latest end of any
+    action (every rank starts the step at 0)."""
+    return timeline.groupby("step")["end"].max().sort_index()
+
+
+def step_metrics(timeline, ranks: int | None = None):
+    """One row per step of a timeline (simulated or measured), in step order: step, makespan
+    (`step_makespans`), busy (compute seconds summed over ranks), span (each rank's first
+    compute start to last compute end, summed), bubble_ratio and bubble_ratio_rank_span (as
+    defined above). `ranks` defaults to the highest rank in the table plus one."""
+    import pandas as pd
+
+    p = int(timeline["rank"].max()) + 1 if ranks is None else ranks
+    makespan = step_makespans(timeline)
+    compute = timeline[timeline["kind"].isin(COMPUTE_NAMES)]
+    busy = (compute["end"] - compute["start"]).groupby(compute["step"]).sum()
+    ends = compute.groupby(["step", "rank"]).agg(first=("start", "min"), last=("end", "max"))
+    span = (ends["last"] - ends["first"]).groupby(level="step").sum()
+    busy = busy.reindex(makespan.index, fill_value=0.0).to_numpy(dtype=float)
+    span = span.reindex(makespan.index, fill_value=0.0).to_numpy(dtype=float)
+    return pd.DataFrame({
+        "step": makespan.index.to_numpy(dtype="int64"),
+        "makespan": makespan.to_numpy(dtype=float),
+        "busy": busy,
+        "span": span,
+        "bubble_ratio": [bubble_ratio(p, t, b) for t, b in zip(makespan.to_numpy(dtype=float), busy)],
+        "bubble_ratio_rank_span": [bubble_ratio_rank_span(sp, b) for sp, b in zip(span, busy)],
+    })

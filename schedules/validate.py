@@ -4,6 +4,8 @@ Every failure raises ScheduleError with a message of the form
 ``[rule] rank R: ACTION ...`` so that the rule, the rank and the offending action
 are all named. The deadlock check runs the program abstractly: compute and sends
 never block, a RECV blocks its rank until the matching SEND has been issued.
+These are the checks alone: `schedules.checked` lowers a schedule between them
+(`validate`) and runs them once per schedule it builds, loads or lowers.
 """
 
 from __future__ import annotations
@@ -11,21 +13,8 @@ from __future__ import annotations
 from collections import deque
 
 from .errors import ScheduleError
-from .ir import Action, Kind
-from .lowering import incoming, insert_comms, outgoing
+from .ir import Action, Kind, Transfer
 from .schedule import Program, Schedule
-
-
-def validate(obj: Schedule | Program) -> None:
-    """Check every rule for a Schedule or a Program; raises ScheduleError."""
-    if isinstance(obj, Program):
-        check_rules(obj.schedule)
-        check_program(obj)
-    elif isinstance(obj, Schedule):
-        check_rules(obj)
-        check_program(insert_comms(obj))
-    else:
-        raise TypeError(f"validate() takes a Schedule or a Program, not {type(obj).__name__}")
 
 
 def _fail(rule: str, where: str, text: str) -> ScheduleError:
@@ -99,7 +88,7 @@ def _local_dependencies(schedule: Schedule, action: Action) -> list[Action]:
     if action.kind is Kind.F:
         if s > 0 and s2r[s - 1] == s2r[s]:
             deps.append(Action(s - 1, Kind.F, mb))
-    elif action.kind.is_backward:
+    elif action.kind.produces_input_grad:
         deps.append(Action(s, Kind.F, mb))
         if s < schedule.num_stages - 1 and s2r[s + 1] == s2r[s]:
             deps += [Action(s + 1, Kind.B, mb), Action(s + 1, Kind.I, mb)]
@@ -116,62 +105,71 @@ def check_program(program: Program) -> None:
     num_stages = schedule.num_stages
     s2r = schedule.stage_to_rank
     m = schedule.microbatches
-    comm_seen: dict[Action, tuple[int, int]] = {}
+    # A SEND or RECV is named by (is it a SEND, its transfer): equal keys are equal actions.
+    comm_seen: dict[tuple[bool, Transfer], tuple[Action, int, int]] = {}
+    transfers: list[list[Transfer | None]] = []
     for rank, stream in enumerate(program.streams):
         compute = tuple(a for a in stream if a.kind.is_compute)
         if compute != schedule.order[rank]:
             raise _fail("stream-order", f"rank {rank}", "compute actions of the stream differ from the schedule's order")
-        position = {a: i for i, a in enumerate(stream)}
-        for pos, action in enumerate(stream):
-            if action.kind.is_compute:
+        moved = [None if a.kind.is_compute else a.transfer for a in stream]
+        transfers.append(moved)
+        last = {(a.kind.is_send, t): i for i, (a, t) in enumerate(zip(stream, moved)) if t is not None}
+        for pos, (action, transfer) in enumerate(zip(stream, moved)):
+            if transfer is None:
                 where = f"rank {rank}, position {pos}"
-                recv = incoming(schedule, action)
-                if recv is not None and position.get(recv, len(stream)) > pos:
-                    raise _fail("recv-before-use", where, f"{action} needs {recv} earlier on rank {rank}")
-                send = outgoing(schedule, action)
-                if send is not None and position.get(send, -1) < pos:
-                    raise _fail("send-after-compute", where, f"{action} must be followed by {send} on rank {rank}")
+                here = s2r[action.stage]
+                needed = action.consumes(num_stages)
+                if needed is not None and s2r[needed.sender] != here and last.get((False, needed), len(stream)) > pos:
+                    raise _fail("recv-before-use", where, f"{action} needs {needed.recv()} earlier on rank {rank}")
+                made = action.produces(num_stages)
+                if made is not None and s2r[made.receiver] != here and last.get((True, made), -1) < pos:
+                    raise _fail("send-after-compute", where, f"{action} must be followed by {made.send()} on rank {rank}")
                 continue
             where = f"rank {rank}, position {pos}"
             if not 0 <= action.stage < num_stages or not 0 <= action.microbatch < m:
                 raise _fail("comm-range", where, f"{action} is outside stages 0..{num_stages - 1} or microbatches 0..{m - 1}")
             if s2r[action.stage] != rank:
                 raise _fail("placement", where, f"{action} names stage {action.stage}, which sits on rank {s2r[action.stage]}")
-            peer = action.peer_stage()
+            is_send = action.kind.is_send
+            peer = transfer.receiver if is_send else transfer.sender
             if not 0 <= peer < num_stages or s2r[peer] == rank:
                 raise _fail("comm-needed", where, f"{action} has no cross-rank peer (stage {peer})")
-            if action in comm_seen:
+            if (is_send, transfer) in comm_seen:
                 raise _fail("duplicate", where, f"{action} appears twice")
-            comm_seen[action] = (rank, pos)
-    for action, (rank, pos) in comm_seen.items():
-        if action.matching() not in comm_seen:
-            raise _fail("unmatched", f"rank {rank}, position {pos}", f"{action} has no matching {action.matching()} on rank {s2r[action.peer_stage()]}")
-    _check_deadlock(program)
+            comm_seen[(is_send, transfer)] = (action, rank, pos)
+    for (is_send, transfer), (action, rank, pos) in comm_seen.items():
+        if (not is_send, transfer) not in comm_seen:
+            other, peer = (transfer.recv(), transfer.receiver) if is_send else (transfer.send(), transfer.sender)
+            raise _fail("unmatched", f"rank {rank}, position {pos}", f"{action} has no matching {other} on rank {s2r[peer]}")
+    _check_deadlock(program, transfers)
 
 
-def _check_deadlock(program: Program) -> None:
+def _check_deadlock(program: Program, transfers: list[list[Transfer | None]]) -> None:
+    """Run the streams abstractly (`transfers[rank][i]`: what action i moves, None for compute)."""
     streams = program.streams
     s2r = program.schedule.stage_to_rank
     pointer = [0] * len(streams)
-    sent: set[Action] = set()
-    waiting: dict[Action, int] = {}  # matching SEND -> rank blocked on it
+    sent: set[Transfer] = set()
+    waiting: dict[Transfer, int] = {}  # transfer -> rank blocked on its RECV
     ready = deque(range(len(streams)))
     while ready:
         rank = ready.popleft()
         stream = streams[rank]
+        moved = transfers[rank]
         i = pointer[rank]
         while i < len(stream):
-            action = stream[i]
-            if action.kind.is_recv:
-                send = action.matching()
-                if send not in sent:
-                    waiting[send] = rank
-                    break
-            elif action.kind.is_send:
-                sent.add(action)
-                woken = waiting.pop(action, None)
-                if woken is not None:
-                    ready.append(woken)
+            transfer = moved[i]
+            if transfer is not None:
+                if stream[i].kind.is_recv:
+                    if transfer not in sent:
+                        waiting[transfer] = rank
+                        break
+                else:
+                    sent.add(transfer)
+                    woken = waiting.pop(transfer, None)
+                    if woken is not None:
+                        ready.append(woken)
             i += 1
         pointer[rank] = i
     stuck = [r for r, s in enumerate(streams) if pointer[r] < len(s)]
@@ -183,7 +181,7 @@ def _check_deadlock(program: Program) -> None:
             lines.append(f"rank {rank}: finished")
             continue
         action = stream[pointer[rank]]
-        send = action.matching()
+        send = action.transfer.send()
         lines.append(
             f"rank {rank}: blocked at {action} (action {pointer[rank]} of {len(stream)}), "
             f"waiting for {send} from rank {s2r[send.stage]}"

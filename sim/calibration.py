@@ -1,14 +1,15 @@
 """Calibrating the simulator from one measured run, and the cost models it then predicts.
 
 A `Calibration` is fitted from a run directory (sim.measured) and resolves to a
-`CostModel` for any partition of the same model into stages, so that one run (say
-1F1B at m=8) predicts others (GPipe, interleaved, other m) without refitting.
+`CostModel` for any partition of the same model into stages (`for_stages`, the method
+a CostModel answers too: sim.sources.CostSource), so that one run (say 1F1B at m=8)
+predicts others (GPipe, interleaved, other m) without refitting.
 Fitted parameters (seconds unless noted), each from the statistic named:
 
 - **Compute per stage.** A stage's F (likewise B, I, W) costs
-  ``fixed[role] + layers x per_layer``, its role being ``first`` (stage 0: the model's
-  prologue such as an embedding, and no input gradient), ``middle``, ``last`` (the
-  epilogue, e.g. norm and LM head, and the loss) or ``only``. ``fixed[middle]`` is the
+  ``fixed[role] + layers x per_layer``, its role (schedules.stages.Role) being ``first``
+  (stage 0: the model's prologue such as an embedding, and no input gradient),
+  ``middle``, ``last`` (the epilogue, e.g. norm and LM head, and the loss) or ``only``. ``fixed[middle]`` is the
   executor's fixed per-action cost (Python dispatch, hooks, the autograd engine's
   start); the other roles' fixed terms add what their extra modules cost. Per-layer
   costs cannot be told apart from fixed ones with the one layer count per role that a
@@ -24,8 +25,8 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   Without a profile, the run's own per-stage costs are kept and only programs with
   the same stages can be simulated.
 - **switch_forward / switch_backward**: what an action costs more when its rank's
-  previous compute action had another stage or kind (caches hold another working
-  set): per kind, the median over stages of (median over steps of the mean switching
+  previous compute action had another stage or kind (schedules.analysis.switches;
+  caches hold another working set): per kind, the median over stages of (median over steps of the mean switching
   action) - (the same of repeating actions); a 1F1B run repeats in its warm-up and
   cool-down, an interleaved one in its warm-up. Stage costs above are of switching
   actions (every profile call switches: F and B alternate), and the simulator's are
@@ -35,8 +36,8 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   is its start: its row runs until delivery) is fitted by least squares as a
   constant for the kind of action before the gap (compute: the loop's dispatch; SEND:
   posting the send, where gloo writes the payload into the socket; RECV) plus a cost
-  per receive the executor posted in that gap (``post_ahead`` compute actions before
-  its RECV, as runtime/executor.py places them). Least squares fits means, not
+  per receive the executor posted in that gap (placed as runtime/executor.py places
+  them: schedules.posting). Least squares fits means, not
   medians: a step's length adds these up, and their tails (a send that blocks for a
   millisecond) count. ``dispatch_overhead`` is added to every compute action;
   ``send_overhead`` is the SEND constant; ``recv_overhead`` is the RECV constant plus
@@ -75,35 +76,17 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from schedules.posting import post_positions
+from schedules.analysis import switches
+from schedules.ir import COMPUTE_NAMES, RECV_NAMES, SEND_NAMES
+from schedules.posting import PostAhead, post_positions
+from schedules.stages import ROLES, balanced_layers, role_of
 
 from .costs import CostError, CostModel
 from .measured import MeasuredRun
 
 FORMAT = "bubblescope-calibration"
 VERSION = 2
-KINDS = ("F", "B", "I", "W")
-ROLES = ("first", "middle", "last", "only")
 RECV_QUANTILE = 0.10
-
-
-def role_of(stage: int, num_stages: int) -> str:
-    """The role of `stage` in a pipeline of `num_stages` stages."""
-    if num_stages == 1:
-        return "only"
-    return "first" if stage == 0 else "last" if stage == num_stages - 1 else "middle"
-
-
-def balanced_layers(num_layers: int, num_stages: int) -> tuple[tuple[int, int], ...]:
-    """Layer ranges per stage as the executor cuts them by default (runtime.models.partition:
-    floor(L/S) layers each, the first L mod S stages one more)."""
-    if num_layers < num_stages:
-        raise CostError(f"the model has {num_layers} layers, fewer than the program's {num_stages} stages")
-    base, extra = divmod(num_layers, num_stages)
-    bounds = [0]
-    for s in range(num_stages):
-        bounds.append(bounds[-1] + base + (1 if s < extra else 0))
-    return tuple((bounds[s], bounds[s + 1]) for s in range(num_stages))
 
 
 @dataclass(frozen=True)
@@ -147,9 +130,16 @@ class Calibration:
     diagnostics: Mapping[str, Any] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ prediction
+    def for_stages(self, num_stages: int) -> CostModel:
+        """The cost model of a program with `num_stages` stages holding the executor's
+        balanced cut of the model's layers (schedules.stages.balanced_layers)."""
+        return self.cost_model(num_stages)
+
     def cost_model(self, num_stages: int, stage_layers: Sequence[tuple[int, int]] | None = None) -> CostModel:
         """The cost model of a program with `num_stages` stages holding `stage_layers`
         (default: the executor's balanced cut of the model's layers)."""
+        if stage_layers is None and self.num_layers < num_stages:
+            raise CostError(f"the model has {self.num_layers} layers, fewer than the program's {num_stages} stages")
         layers = tuple(tuple(x) for x in stage_layers) if stage_layers is not None else balanced_layers(
             self.num_layers, num_stages)
         if len(layers) != num_stages:
@@ -163,7 +153,7 @@ class Calibration:
                     "this calibration has no per-layer profile (calibrate a run made with --profile-layers), "
                     f"so it only fits programs with the calibration run's stages {list(own)}"
                 )
-            times = {k: [s[k] for s in self.stages] for k in KINDS if all(k in s for s in self.stages)}
+            times = {k: [s[k] for s in self.stages] for k in COMPUTE_NAMES if all(k in s for s in self.stages)}
             memory = [s["activation_bytes"] for s in self.stages]
             kept = [s["weight_bytes"] for s in self.stages] if all("weight_bytes" in s for s in self.stages) else None
         else:
@@ -200,10 +190,42 @@ class Calibration:
             switch_backward=self.switch_backward,
         )
 
-    def cost_model_for_run(self, run: MeasuredRun) -> CostModel:
+    def for_run(self, run: MeasuredRun) -> CostModel:
         """The cost model of `run`'s program and layer ranges (after `check_run`)."""
         self.check_run(run)
         return self.cost_model(run.program.schedule.num_stages, run.stage_layers)
+
+    def describe(self) -> str:
+        """One line naming where the costs come from, for figure titles."""
+        source = self.source
+        return (f"costs: calibrated on a {source.get('schedule')} m={source.get('microbatches')} run of "
+                f"{self.model.get('model')} ({self.num_layers} layers, {self.rows} rows per microbatch)")
+
+    def report(self) -> str:
+        """A few lines naming every fitted parameter (what `sim calibrate` prints)."""
+        def us(x: float) -> str:
+            return f"{x * 1e6:.1f} us"
+
+        src = self.source
+        lines = [f"calibrated from {src['run']}: {src['schedule']} p={src['ranks']} m={src['microbatches']} "
+                 f"v={src['chunks']}, {src['steps']} steps, model {dict(self.model)}, {self.rows} rows per microbatch"]
+        if self.compute is None:
+            lines.append("no profile.json with layers: per-stage costs of this run only (same stages only)")
+            for st in self.stages:
+                times = "  ".join(f"{k} {st[k] * 1e3:.3f} ms" for k in COMPUTE_NAMES if k in st)
+                lines.append(f"  stage {st['stage']} ({st['role']}, layers {st['layers'][0]}..{st['layers'][1] - 1}): {times}")
+        else:
+            for kind, fit in self.compute.items():
+                fixed = ", ".join(f"{role} {fit.fixed[role] * 1e3:+.3f}" for role in fit.fixed)
+                lines.append(f"  {kind}: {fit.per_layer * 1e3:.3f} ms per layer; fixed per action (ms): {fixed}; "
+                             f"run/profile speed ratio {self.speed_ratio[kind]:.3f}")
+        lines.append(f"  switch (action not repeating its rank's previous one): F +{us(self.switch_forward)}, "
+                     f"B/I/W +{us(self.switch_backward)}")
+        lines.append(f"  overheads: dispatch {us(self.dispatch_overhead)} per compute action, send {us(self.send_overhead)}, "
+                     f"recv {us(self.recv_overhead)}, step {us(self.step_overhead)}")
+        bandwidth = "unlimited" if math.isinf(self.p2p_bandwidth) else f"{self.p2p_bandwidth / 1e9:.2f} GB/s"
+        lines.append(f"  p2p: latency {us(self.p2p_latency)}, bandwidth {bandwidth}, {self.boundary_bytes:,} bytes per boundary")
+        return "\n".join(lines)
 
     def check_run(self, run: MeasuredRun) -> None:
         """Raise CostError unless `run` has this calibration's model and microbatch size."""
@@ -247,20 +269,8 @@ class Calibration:
 
 
 def is_calibration(data: Any) -> bool:
+    """Whether a JSON document is a calibration (rather than a cost model)."""
     return isinstance(data, Mapping) and data.get("format") == FORMAT
-
-
-def load_costs(path: str | Path) -> CostModel | Calibration:
-    """A cost model file or a calibration file (told apart by the calibration's format key)."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise CostError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CostError(f"{path} is not valid JSON: {exc}") from None
-    if is_calibration(data):
-        return Calibration.from_dict(data, str(path))
-    return CostModel.from_dict(data)
 
 
 # ---------------------------------------------------------------------------- fitting
@@ -278,7 +288,7 @@ def calibrate(run: MeasuredRun) -> Calibration:
                             f"the run at {run.rows}")
         compute, ratio = fit_compute(layers_profile["records"], stages, diagnostics)
         activation, weight_memory = fit_memory(layers_profile["records"])
-    _, switch = stage_costs(run)
+    _, switch = switch_costs(run)
     dispatch, send, recv = executor_overheads(run)
     latency, bandwidth = fit_p2p(run, diagnostics)
     ends = stream_ends(run.timeline, dispatch)
@@ -313,13 +323,13 @@ def calibrate(run: MeasuredRun) -> Calibration:
 
 def run_stages(run: MeasuredRun) -> list[dict[str, Any]]:
     """The run's stages: role, layer range, measured cost per kind of an action that switches
-    (see stage_costs), activation (and kept) bytes."""
+    (see switch_costs), activation (and kept) bytes."""
     n = run.program.schedule.num_stages
-    measured, _ = stage_costs(run)
+    measured, _ = switch_costs(run)
     stages = []
     for s, (a, b) in enumerate(run.stage_layers):
         entry = run.summary["stage_costs"][s]
-        stage = {"stage": s, "role": role_of(s, n), "layers": [a, b]}
+        stage = {"stage": s, "role": role_of(s, n).value, "layers": [a, b]}
         stage.update({k: values[s] for k, values in measured.items()})
         stage["activation_bytes"] = int(entry.get("activation_bytes") or 0)
         if entry.get("weight_grad_bytes") is not None:
@@ -331,7 +341,7 @@ def run_stages(run: MeasuredRun) -> list[dict[str, Any]]:
 def fit_compute(records: list[dict], stages: list[dict], diagnostics: dict) -> tuple[dict, dict]:
     """Per kind: the profile's fixed + per-layer fit, scaled by the run's speed ratio."""
     compute, ratio = {}, {}
-    for kind in (k for k in KINDS if all(k in st for st in stages)):
+    for kind in (k for k in COMPUTE_NAMES if all(k in st for st in stages)):
         fit, residual = fit_linear([(r["role"], r["layers"], median(r[kind])) for r in records if kind in r])
         predicted = sum(fit.at(st["role"], st["layers"][1] - st["layers"][0]) for st in stages)
         ratio[kind] = sum(st[kind] for st in stages) / predicted if predicted > 0 else 1.0
@@ -357,16 +367,16 @@ def executor_overheads(run: MeasuredRun) -> tuple[float, float, float]:
     """(dispatch, send, recv) rank time per action, seconds (module docstring): least squares
     of every gap between consecutive actions of a rank on one constant per kind of the action
     before the gap (compute, SEND, RECV) plus a cost per receive posted in the gap."""
-    posts = [posts_before(stream, run.summary.get("post_ahead", 0)) for stream in run.program.streams]
-    kinds = [[_GAP_KIND[a.kind.value[:4]] for a in stream] for stream in run.program.streams]
+    posts = [posts_before(stream, run.post_ahead) for stream in run.program.streams]
+    kinds = [[_gap_kind(a) for a in stream] for stream in run.program.streams]
     rows, gaps = [], []
     for (_, rank), frame in run.timeline.groupby(["step", "rank"], sort=True):
         start = frame["start"].to_numpy()
-        end = np.where(frame["kind"].str.startswith("SEND"), start, frame["end"].to_numpy())
+        end = np.where(frame["kind"].isin(SEND_NAMES), start, frame["end"].to_numpy())
         for i in range(len(start) - 1):
             # Receives posted before a compute action that follows its RECV run inside the RECV's
             # row (the executor stamps a RECV's end when the compute waits on it, after posting).
-            posted = posts[rank][i + 1] if kinds[rank][i] != _GAP_KIND["RECV"] else 0
+            posted = posts[rank][i + 1] if kinds[rank][i] != _AFTER_RECV else 0
             row = [0.0, 0.0, 0.0, float(posted)]
             row[kinds[rank][i]] = 1.0
             rows.append(row)
@@ -378,23 +388,28 @@ def executor_overheads(run: MeasuredRun) -> tuple[float, float, float]:
     coef = np.zeros(4)
     coef[used] = np.linalg.lstsq(design[:, used], np.array(gaps), rcond=None)[0]
     after_compute, after_send, after_recv, post = (max(float(x), 0.0) for x in coef)
-    recvs = run.timeline[run.timeline["kind"].str.startswith("RECV")]
+    recvs = run.timeline[run.timeline["kind"].isin(RECV_NAMES)]
     if not len(recvs):
         return after_compute, after_send, 0.0
     least = float(np.quantile(recvs["end"] - recvs["start"], RECV_QUANTILE))
     return after_compute, after_send, post + least + after_recv
 
 
-_GAP_KIND = {"F": 0, "B": 0, "I": 0, "W": 0, "SEND": 1, "RECV": 2}
+_AFTER_COMPUTE, _AFTER_SEND, _AFTER_RECV = 0, 1, 2  # columns of the gap fit
 
 
-def posts_before(stream, post_ahead: int | str) -> list[int]:
+def _gap_kind(action) -> int:
+    """The column of the gap fit for the gap after `action`."""
+    return _AFTER_COMPUTE if action.kind.is_compute else _AFTER_SEND if action.kind.is_send else _AFTER_RECV
+
+
+def posts_before(stream, ahead: PostAhead) -> list[int]:
     """Per position of a rank's stream, how many receives the executor posts just before that
-    action (placement: schedules.posting; with 0 a receive is posted inside its RECV, so no
-    gap holds it)."""
+    action (placement: schedules.posting; a receive posted at its RECV is posted inside the
+    RECV's row, so no gap holds it)."""
     counts = [0] * len(stream)
-    if post_ahead != 0:
-        for at in post_positions(stream, post_ahead).values():
+    if not ahead.at_recv:
+        for at in post_positions(stream, ahead).values():
             counts[at] += 1
     return counts
 
@@ -414,14 +429,14 @@ def fit_p2p(run: MeasuredRun, diagnostics: dict) -> tuple[float, float]:
     return max(in_run - boundary / bandwidth, 0.0), bandwidth
 
 
-def stage_costs(run: MeasuredRun) -> tuple[dict[str, list[float]], dict[str, float]]:
+def switch_costs(run: MeasuredRun) -> tuple[dict[str, list[float]], dict[str, float]]:
     """Per compute kind present, per stage, the cost of an action that switches (its rank's
     previous compute action had another stage or kind): median over steps of the step's mean
     duration of such actions (of all, for a stage that never switches). And per kind, what
     switching adds: the median over stages with both of (switching - repeating) costs."""
     timeline = run.timeline
     switched = _switch_flags(run)
-    compute = timeline["kind"].isin(KINDS)
+    compute = timeline["kind"].isin(COMPUTE_NAMES)
     frame = pd.DataFrame({
         "kind": timeline["kind"], "stage": timeline["stage"], "step": timeline["step"],
         "switch": switched, "duration": timeline["end"] - timeline["start"],
@@ -430,7 +445,7 @@ def stage_costs(run: MeasuredRun) -> tuple[dict[str, list[float]], dict[str, flo
         level=[0, 1, 2]).median()
     n = run.program.schedule.num_stages
     costs, extra = {}, {}
-    for kind in KINDS:
+    for kind in COMPUTE_NAMES:
         if kind not in typical.index.get_level_values(0):
             continue
         values, gaps = [], []
@@ -446,16 +461,8 @@ def stage_costs(run: MeasuredRun) -> tuple[dict[str, list[float]], dict[str, flo
 
 
 def _switch_flags(run: MeasuredRun) -> np.ndarray:
-    """Per timeline row: whether it is a compute action that does not repeat its rank's
-    previous compute action's stage and kind (a rank's first compute action switches)."""
-    flags = []
-    for stream in run.program.streams:
-        previous, row = None, []
-        for a in stream:
-            row.append(a.kind.is_compute and previous != (a.stage, a.kind))
-            if a.kind.is_compute:
-                previous = (a.stage, a.kind)
-        flags.append(row)
+    """Per timeline row: whether its action switches (schedules.analysis.switches)."""
+    flags = [switches(stream) for stream in run.program.streams]
     position = run.timeline.groupby(["step", "rank"]).cumcount().to_numpy()
     ranks = run.timeline["rank"].to_numpy()
     return np.array([flags[r][i] for r, i in zip(ranks, position)], dtype=bool)
@@ -464,18 +471,8 @@ def _switch_flags(run: MeasuredRun) -> np.ndarray:
 def stream_ends(timeline: pd.DataFrame, dispatch: float) -> list[float]:
     """Per step, when the last rank finished its stream as the simulator counts it: the latest
     row end, where a compute row ends `dispatch` later (the simulated row holds the gap)."""
-    ends = timeline["end"] + np.where(timeline["kind"].isin(KINDS), dispatch, 0.0)
+    ends = timeline["end"] + np.where(timeline["kind"].isin(COMPUTE_NAMES), dispatch, 0.0)
     return [float(x) for x in ends.groupby(timeline["step"]).max().sort_index()]
-
-
-def rank_gaps(timeline: pd.DataFrame) -> pd.DataFrame:
-    """Per action (but the last of its rank and step): kind, and the time from its end (a
-    SEND's start: its row ends at delivery) to the start of the next action on its rank."""
-    t = timeline.sort_values(["step", "rank", "start"], kind="stable")
-    own_end = t["end"].where(~t["kind"].str.startswith("SEND"), t["start"])
-    next_start = t.groupby(["step", "rank"])["start"].shift(-1)
-    gaps = pd.DataFrame({"kind": t["kind"], "gap": next_start - own_end}).dropna()
-    return gaps
 
 
 def transfer_time(run: MeasuredRun) -> float | None:
@@ -486,13 +483,14 @@ def transfer_time(run: MeasuredRun) -> float | None:
     allows (no transfer arrives before it is sent) and taken out before averaging.
     """
     delays: list[float] = []
+    transfer_of = {str(a): a.transfer for stream in run.program.streams for a in stream if a.kind.is_comm}
     for _, rows in run.step_frames():
-        sends = rows[rows["kind"].str.startswith("SEND")]
-        sent = {a: (r, t) for a, r, t in zip(sends["action"], sends["rank"], sends["start"])}
-        recvs = rows[rows["kind"].str.startswith("RECV")]
+        sends = rows[rows["kind"].isin(SEND_NAMES)]
+        sent = {transfer_of[a]: (r, t) for a, r, t in zip(sends["action"], sends["rank"], sends["start"])}
+        recvs = rows[rows["kind"].isin(RECV_NAMES)]
         pairs: dict[tuple[int, int], list[tuple[int, float, float, float]]] = {}
         for action, rank, start, end in zip(recvs["action"], recvs["rank"], recvs["start"], recvs["end"]):
-            sender, at = sent[_matching_send(action)]
+            sender, at = sent[transfer_of[action]]
             pairs.setdefault((min(sender, rank), max(sender, rank)), []).append((sender, at, start, end))
         for (low, _), transfers in pairs.items():
             # offset o: a time of the higher rank plus o is that time on the lower rank's clock
@@ -507,12 +505,6 @@ def transfer_time(run: MeasuredRun) -> float | None:
                 if start + shift <= at:
                     delays.append(end + shift - at)
     return float(np.mean(delays)) if delays else None
-
-
-def _matching_send(recv_text: str) -> str:
-    from schedules import Action
-
-    return str(Action.parse(recv_text).matching())
 
 
 def fit_linear(points: Sequence[tuple[str, int, float]]) -> tuple[LinearCost, float]:
@@ -542,7 +534,3 @@ def fit_bandwidth(one_way: Mapping[str, Sequence[float]]) -> tuple[float, float]
     if slope <= 0:
         return max(float(np.min(y)), 0.0), math.inf
     return max(float(intercept), 0.0), float(1.0 / slope)
-
-
-def _median(values: pd.Series) -> float:
-    return float(values.median()) if len(values) else 0.0

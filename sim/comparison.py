@@ -10,7 +10,7 @@ Measured numbers are medians over the run's measured steps; the simulation is on
   measured start| (actions matched by rank and action text), over the measured
   makespan. Rank clocks in a run are aligned only at the step's barrier, so part of
   this is the ranks' clock offset, not the model.
-- ``bubble_ratio``: idle compute time / (p x makespan), as sim.result defines it.
+- ``bubble_ratio``: idle compute time / (p x makespan), as schedules.timeline defines it.
 - ``peak_activation_bytes``: per rank; measured by the executor's saved-tensor meter
   (max over steps), simulated from the cost model's per-stage activation bytes.
 """
@@ -52,9 +52,30 @@ class Comparison:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def report(self, origin: str) -> str:
+        """The text report (`sim compare --measured`): one line per quantity, measured beside
+        simulated; `origin` says where the costs came from."""
+        def ms(x: float) -> str:
+            return f"{x * 1e3:.2f} ms"
+
+        lines = [
+            f"{self.run}: {self.schedule} p={self.ranks} m={self.microbatches} v={self.chunks}",
+            f"costs: {origin}",
+            f"{'':24}{'measured':>14}{'simulated':>14}{'error':>10}",
+            f"{'step time (median)':24}{ms(self.step_time_measured):>14}{ms(self.step_time_simulated):>14}"
+            f"{100 * self.step_time_error:>+9.1f}%",
+            f"{'makespan (median)':24}{ms(self.makespan_measured):>14}{ms(self.makespan_simulated):>14}"
+            f"{100 * self.makespan_error:>+9.1f}%",
+            f"{'bubble ratio':24}{self.bubble_ratio_measured:>14.3f}{self.bubble_ratio_simulated:>14.3f}",
+            f"start-time MAE: {100 * self.start_mae:.1f}% of the measured makespan",
+        ]
+        for rank, (m, s) in enumerate(zip(self.peak_activation_bytes_measured, self.peak_activation_bytes_simulated)):
+            lines.append(f"{f'peak activation B, rank {rank}':24}{m:>14,}{s:>14,}")
+        return "\n".join(lines)
+
 
 def compare_run(run: MeasuredRun, costs: CostModel) -> tuple[Comparison, SimResult]:
-    """Simulate `run`'s program under `costs` and compare (CostError if they do not fit)."""
+    """Simulate a checked `run`'s program under `costs` and compare (CostError if they do not fit)."""
     result = simulate(run.program, costs)
     metrics = run.step_metrics()
     makespan = float(metrics["makespan"].median())

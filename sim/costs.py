@@ -63,9 +63,10 @@ import json
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Sequence, Union
+from typing import Any, Protocol, Sequence, Union
 
 from schedules import Schedule
+from schedules.io import read_json
 
 Number = Union[int, float]
 PerStage = Union[Number, Sequence[Number]]
@@ -76,6 +77,17 @@ DEFAULT_ACTIVATION_MEMORY = 2**30  # placeholder: one rank share = 1 GiB; unit-b
 
 class CostError(ValueError):
     """A cost model is malformed or does not fit the schedule it is applied to."""
+
+
+class CostSource(Protocol):
+    """Where a simulation's costs come from: a CostModel, or a calibration (sim.calibration)
+    that cuts its model into any number of stages; `python -m sim` takes either."""
+
+    def for_stages(self, num_stages: int) -> "CostModel":
+        """The cost model of a program with `num_stages` stages."""
+
+    def describe(self) -> str:
+        """One line naming the costs, for figure titles."""
 
 
 def _as_values(name: str, value: Any, allow_none: bool = False) -> Number | tuple[float, ...] | None:
@@ -98,7 +110,7 @@ def _number(name: str, value: Any) -> float:
 
 
 @dataclass(frozen=True)
-class StageCosts:
+class ResolvedCosts:
     """A cost model resolved for one schedule: integers (nanoseconds, bytes) per stage.
 
     `forward[s]`, `backward[s]`, `input[s]`, `weight[s]`: compute time of F, B, I, W of
@@ -185,8 +197,32 @@ class CostModel:
         if not isinstance(self.link_contention, bool):
             raise CostError(f"link_contention must be true or false, got {self.link_contention!r}")
 
+    # ------------------------------------------------------------ as a cost source
+    def for_stages(self, num_stages: int) -> "CostModel":
+        """The cost model of a program with `num_stages` stages: this one (scalars split over
+        each rank's stages, lists checked against the stages when simulated). A calibration
+        answers the same question by cutting its model (sim.sources.CostSource)."""
+        return self
+
+    def describe(self) -> str:
+        """One line naming the compute (and transfer) costs, for figure titles."""
+        def show(value) -> str:
+            return f"{value:g} s" if isinstance(value, (int, float)) else "per stage"
+
+        weight = self.backward_weight or 0.0
+        if self.backward_full is None:
+            parts = [f"F = {show(self.forward)}", f"I = {show(self.backward_input)}", f"W = {show(weight)}"]
+            if isinstance(self.backward_input, (int, float)) and isinstance(weight, (int, float)):
+                parts.append(f"full B = I + W = {self.backward_input + weight:g} s")
+        else:
+            parts = [f"F = {show(self.forward)}", f"B = {show(self.backward_full)}"]
+        text = "costs per microbatch and rank share: " + ", ".join(parts)
+        if self.p2p_latency:
+            text += f"; transfer latency {self.p2p_latency:g} s"
+        return text
+
     # ----------------------------------------------------------------- resolution
-    def for_schedule(self, schedule: Schedule) -> StageCosts:
+    def for_schedule(self, schedule: Schedule) -> ResolvedCosts:
         """Resolve every field to integers per stage (ns, bytes) for `schedule`."""
         n, v, p = schedule.num_stages, schedule.chunks, schedule.ranks
         forward = _per_stage("forward", self.forward, n, v)
@@ -209,7 +245,7 @@ class CostModel:
             else _per_boundary("p2p_gradient_bytes", self.p2p_gradient_bytes, n)
         )
         static = _per_rank("static_memory", self.static_memory, p)
-        return StageCosts(
+        return ResolvedCosts(
             forward=_ns(forward),
             backward=backward,
             input=inp,
@@ -267,13 +303,7 @@ class CostModel:
     @classmethod
     def from_json(cls, path: str | Path) -> "CostModel":
         """Read a cost model written by to_json (or by hand); raises CostError if malformed."""
-        try:
-            data = json.loads(Path(path).read_text())
-        except OSError as exc:
-            raise CostError(f"cannot read cost model {path}: {exc.strerror or exc}") from None
-        except json.JSONDecodeError as exc:
-            raise CostError(f"cost model {path} is not valid JSON: {exc}") from None
-        return cls.from_dict(data)
+        return cls.from_dict(read_json(path, CostError, "cost model "))
 
 
 def _per_stage(name: str, value, num_stages: int, chunks: int) -> list[float] | None:

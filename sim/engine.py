@@ -29,10 +29,12 @@ from dataclasses import dataclass
 
 import simpy
 
-from schedules import Kind, Program, Schedule, ScheduleError, lower
+from schedules import Action, Kind, Program, Schedule, ScheduleError, lower
+from schedules.analysis import switches
+from schedules.ir import Direction, transfer_count
 
-from .costs import CostModel, StageCosts
-from .result import RankRun, SimResult
+from .costs import CostModel, ResolvedCosts
+from .result import RankRecord, SimResult
 
 # Opcodes of the compiled streams (plain ints keep the hot loop cheap).
 _COMPUTE, _SEND, _RECV = 0, 1, 2
@@ -44,8 +46,8 @@ class Compiled:
 
     Compute: (_COMPUTE, duration, bytes allocated at start, bytes freed at end);
     SEND: (_SEND, transfer id, duration, link id); RECV: (_RECV, transfer id).
-    Transfer ids are dense: (2 * sending stage + direction) * m + microbatch; link ids
-    are sender * p + receiver.
+    Transfer ids are the IR's dense numbers (`Transfer.number`), so a SEND and its RECV
+    share one; link ids are sender rank * p + receiver rank.
     """
 
     ops: tuple[tuple[tuple[int, ...], ...], ...]
@@ -65,22 +67,22 @@ def simulate(schedule_or_program: Schedule | Program, costs: CostModel) -> SimRe
         program = schedule_or_program
     else:
         raise TypeError(f"simulate() takes a Schedule or a Program, not {type(schedule_or_program).__name__}")
-    stage_costs = costs.for_schedule(program.schedule)
-    runs = run(
-        compile_program(program, stage_costs), stage_costs.contention,
-        stage_costs.send_overhead, stage_costs.recv_overhead,
+    resolved = costs.for_schedule(program.schedule)
+    records = replay(
+        compile_program(program, resolved), resolved.contention, resolved.send_overhead, resolved.recv_overhead,
     )
-    _check_finished(program, runs)
-    return SimResult.from_runs(program, costs, stage_costs, runs)
+    _check_finished(program, records)
+    return SimResult.from_records(program, costs, resolved, records)
 
 
-def compile_program(program: Program, costs: StageCosts) -> Compiled:
+def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
     """Turn every action into an op tuple (compute ops are shared per stage and kind)."""
     schedule = program.schedule
     s2r = schedule.stage_to_rank
     p, m, n = schedule.ranks, schedule.microbatches, schedule.num_stages
     def table(durations, switch, alloc, free):
-        """Per stage: (op when the action repeats the previous compute action, op otherwise)."""
+        """Per stage: (op when the action repeats the previous compute action, op when it
+        switches: schedules.analysis.switches)."""
         return [
             ((_COMPUTE, durations[s], alloc[s], free[s]), (_COMPUTE, durations[s] + switch, alloc[s], free[s]))
             for s in range(n)
@@ -94,19 +96,15 @@ def compile_program(program: Program, costs: StageCosts) -> Compiled:
         Kind.I: table(costs.input, costs.switch_backward, zero, [m - k for m, k in zip(costs.memory, kept)]),
         Kind.W: table(costs.weight, costs.switch_backward, zero, kept),
     }
-    # kind -> (direction, sending stage offset from the action's stage, send times, is send)
-    comm = {
-        Kind.SEND_F: (0, 0, costs.send_forward, True),
-        Kind.RECV_F: (0, -1, costs.send_forward, False),
-        Kind.SEND_B: (1, 0, costs.send_backward, True),
-        Kind.RECV_B: (1, 1, costs.send_backward, False),
-    }
+    durations = {Direction.FORWARD: costs.send_forward, Direction.BACKWARD: costs.send_backward}
+    # What a SEND/RECV compiles to depends on its stage and kind, and its microbatch only
+    # through the transfer number (Transfer.number: microbatch 0's plus the microbatch).
+    comm: dict[tuple[int, Kind], tuple[bool, int, int, int] | None] = {}
     ops = []
     for rank, stream in enumerate(program.streams):
         row = []
         append = row.append
-        previous = None  # (stage, kind) of the rank's previous compute action
-        for action in stream:
+        for action, switch in zip(stream, switches(stream)):
             kind, stage, mb = action.kind, action.stage, action.microbatch
             if not (0 <= stage < n and 0 <= mb < m):
                 raise ScheduleError(
@@ -114,39 +112,45 @@ def compile_program(program: Program, costs: StageCosts) -> Compiled:
                 )
             choices = compute.get(kind)
             if choices is not None:
-                append(choices[stage][previous != (stage, kind)])
-                previous = (stage, kind)
+                append(choices[stage][switch])
                 continue
-            direction, offset, durations, is_send = comm[kind]
-            sender = stage + offset
-            receiver = sender + 1 - 2 * direction
-            if not (0 <= sender < n and 0 <= receiver < n):
+            key = (stage, kind)
+            if key not in comm:
+                transfer = Action(stage, kind, 0).transfer
+                ends = (transfer.sender, transfer.receiver)
+                comm[key] = None if not all(0 <= s < n for s in ends) else (
+                    kind.is_send, transfer.number(m), durations[transfer.direction][transfer.boundary],
+                    s2r[transfer.receiver],
+                )
+            compiled = comm[key]
+            if compiled is None:
                 raise ScheduleError(f"rank {rank}: {action} has no peer stage (stages are 0..{n - 1})")
-            tid = (2 * sender + direction) * m + mb
+            is_send, first, duration, receiver_rank = compiled
             if is_send:
-                append((_SEND, tid, durations[min(sender, receiver)], rank * p + s2r[receiver]))
+                append((_SEND, first + mb, duration, rank * p + receiver_rank))
             else:
-                append((_RECV, tid))
+                append((_RECV, first + mb))
         ops.append(tuple(row))
-    return Compiled(tuple(ops), 2 * n * m, p * p)
+    return Compiled(tuple(ops), transfer_count(n, m), p * p)
 
 
-def run(compiled: Compiled, contention: bool, send_overhead: int = 0, recv_overhead: int = 0) -> list[RankRun]:
-    """Run the SimPy model and return what each rank's process recorded (overheads in ns)."""
+def replay(compiled: Compiled, contention: bool, send_overhead: int = 0, recv_overhead: int = 0) -> list[RankRecord]:
+    """Replay compiled streams in the SimPy model; returns what each rank's process recorded
+    (overheads in ns)."""
     env = simpy.Environment()
     arrivals = [-1] * compiled.num_transfers  # arrival time of each transfer, -1 until sent
     waiters: dict[int, simpy.Event] = {}  # transfer id -> event of the rank blocked on it
     link_free = [0] * compiled.num_links  # time each directed link finishes its last transfer
-    runs = [RankRun() for _ in compiled.ops]
-    for ops, out in zip(compiled.ops, runs):
+    records = [RankRecord() for _ in compiled.ops]
+    for ops, out in zip(compiled.ops, records):
         env.process(
             _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overhead, recv_overhead, out)
         )
     env.run()
-    return runs
+    return records
 
 
-def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overhead, recv_overhead, out: RankRun):
+def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overhead, recv_overhead, out: RankRecord):
     """Walk one rank's ops, recording into `out` as it goes."""
     timeout = env.timeout
     record = out.times.append
@@ -213,29 +217,29 @@ def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overh
     out.busy, out.first, out.last, out.peak = busy, first, last, peak
 
 
-def _check_finished(program: Program, runs: list[RankRun]) -> None:
+def _check_finished(program: Program, records: list[RankRecord]) -> None:
     """Raise ScheduleError naming every rank that stopped before the end of its stream."""
     streams = program.streams
     s2r = program.schedule.stage_to_rank
-    position = [len(r.times) // 2 for r in runs]
+    position = [len(r.times) // 2 for r in records]
     stuck = [r for r, s in enumerate(streams) if position[r] < len(s)]
     if not stuck:
         return
-    sends = {a: (r, i) for r, s in enumerate(streams) for i, a in enumerate(s) if a.kind.is_send}
+    sends = {a.transfer: (r, i) for r, s in enumerate(streams) for i, a in enumerate(s) if a.kind.is_send}
     lines = []
     for rank in stuck:
         action = streams[rank][position[rank]]
-        send = action.matching()
-        if send in sends:
-            peer, index = sends[send]
+        transfer = action.transfer
+        send = transfer.send()
+        if transfer in sends:
+            peer, index = sends[transfer]
             if position[peer] <= index:
                 source = f"from rank {peer} (stuck at {streams[peer][position[peer]]})"
             else:  # only a hand-built program that receives one transfer twice gets here
                 source = f"from rank {peer}, which sent it once, to another RECV of it"
         else:
-            peer_stage = send.stage
-            owner = f"rank {s2r[peer_stage]}" if 0 <= peer_stage < len(s2r) else "no rank"
-            source = f"which no stream contains (stage {peer_stage} sits on {owner})"
+            owner = f"rank {s2r[transfer.sender]}" if 0 <= transfer.sender < len(s2r) else "no rank"
+            source = f"which no stream contains (stage {transfer.sender} sits on {owner})"
         lines.append(
             f"rank {rank} waits at {action} (action {position[rank]} of {len(streams[rank])}) for {send} {source}"
         )

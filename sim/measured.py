@@ -1,48 +1,76 @@
-"""A measured run directory, read whole and checked, for calibration and comparison.
+"""A measured run directory, read once, for plots, comparisons and calibration.
 
 What ``python -m runtime`` writes (runtime/record.py): ``timeline.csv`` and
 ``memory.csv`` (schema of schedules.timeline, one block of rows per measured step),
 ``program.json`` (the lowered program that ran), ``summary.json`` (sizes, model flags,
 ``step_times`` barrier to barrier, ``stage_costs`` with each stage's layer range,
-``peak_activation_bytes`` per rank, ...) and, with ``--profile-layers`` or
-``--profile-p2p``, ``profile.json`` (runtime/profile.py).
+``peak_activation_bytes`` per rank, ``post_ahead``, ...) and, with ``--profile-layers``
+or ``--profile-p2p``, ``profile.json`` (runtime/profile.py).
 
-`read_measured` checks that these agree: every measured step holds every action of
-the program once, in stream order on its rank, with finite times; the summary's sizes
-are the program's. A truncated or malformed directory is a ScheduleError with one line
-naming the file and what is wrong.
+`read_run` reads the tables and the summary, which is all a plot needs; the program is
+read from program.json when first asked for. `MeasuredRun.checked` (and `read_measured`,
+which reads and checks) makes sure the files agree, as simulating or calibrating needs:
+every measured step holds every action of the program once, in stream order on its rank,
+with finite times; the summary's sizes are the program's. A missing, truncated or
+malformed file is a ScheduleError with one line naming the file and what is wrong.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from schedules import Program, ScheduleError
-from schedules.posting import STEP
+from schedules import Program, ScheduleError, load_program_json
+from schedules.io import read_json
+from schedules.ir import COMPUTE_NAMES
+from schedules.posting import PostAhead
+from schedules.stages import ROLES
+from schedules.timeline import check_timeline, read_table, step_metrics
 
-from .plot_data import COMPUTE_KINDS
-from .plot_run import read_run, run_program
-
+REQUIRED = ("timeline.csv", "memory.csv", "summary.json")
 PROFILE = "profile.json"
 
 
 @dataclass(frozen=True, eq=False)
 class MeasuredRun:
-    """A checked run directory: its program, tables, summary and optional profile."""
+    """A run directory: its tables and summary; its program and profile when asked for."""
 
     path: Path
-    program: Program
     timeline: pd.DataFrame = field(repr=False)
     memory: pd.DataFrame = field(repr=False)
     summary: dict[str, Any] = field(repr=False)
-    profile: dict[str, Any] | None = field(repr=False, default=None)
+
+    @property
+    def name(self) -> str:
+        """The schedule's name from summary.json, else the directory name."""
+        return str(self.summary.get("schedule") or self.path.name)
+
+    @cached_property
+    def program(self) -> Program:
+        """The program the run executed, from its program.json (read once)."""
+        path = self.path / "program.json"
+        if not path.is_file():
+            raise ScheduleError(f"run directory {self.path} lacks program.json (needed to simulate the run)")
+        return load_program_json(path)
+
+    @cached_property
+    def profile(self) -> dict[str, Any] | None:
+        """profile.json, checked for the fields calibration reads; None if there is none."""
+        return read_profile(self.path / PROFILE)
+
+    def checked(self) -> "MeasuredRun":
+        """This run, after checking that its program, summary, timeline and profile agree."""
+        program = self.program
+        _check_summary(self.summary, program, self.path / "summary.json")
+        _check_timeline(self.timeline, program, len(self.summary["step_times"]), self.path / "timeline.csv")
+        self.profile  # noqa: B018  (reading it checks it)
+        return self
 
     @property
     def steps(self) -> list[int]:
@@ -76,36 +104,40 @@ class MeasuredRun:
         """Bytes one microbatch sends across each stage boundary s|s+1."""
         return [int(s["output_bytes_per_microbatch"]) for s in self.summary["stage_costs"][:-1]]
 
+    @property
+    def post_ahead(self) -> PostAhead:
+        """When the executor posted each receive (runs from before the option: at its RECV)."""
+        return PostAhead.parse(self.summary.get("post_ahead", 0))
+
     def step_frames(self):
         """(step, that step's timeline rows) in step order."""
         return ((int(step), rows) for step, rows in self.timeline.groupby("step", sort=True))
 
     def step_metrics(self) -> pd.DataFrame:
-        """Per measured step: makespan (latest end), busy compute per rank summed, bubble ratio."""
-        p = self.program.schedule.ranks
-        records = []
-        for step, rows in self.step_frames():
-            makespan = float(rows["end"].max())
-            compute = rows[rows["kind"].isin(COMPUTE_KINDS)]
-            busy = float((compute["end"] - compute["start"]).sum())
-            records.append({
-                "step": step,
-                "makespan": makespan,
-                "step_time": self.step_times[step],
-                "bubble_ratio": 1.0 - busy / (p * makespan) if makespan > 0 else 0.0,
-            })
-        return pd.DataFrame.from_records(records)
+        """Per measured step: makespan, bubble ratios, ... (schedules.timeline.step_metrics)."""
+        return step_metrics(self.timeline, self.program.schedule.ranks)
+
+
+def read_run(path) -> MeasuredRun:
+    """Read a run directory's tables and summary; raises ScheduleError (one line) if anything is off."""
+    root = Path(path)
+    if not root.is_dir():
+        raise ScheduleError(f"run directory {root} does not exist")
+    missing = [name for name in REQUIRED if not (root / name).is_file()]
+    if missing:
+        raise ScheduleError(f"run directory {root} lacks {', '.join(missing)}")
+    timeline = read_table(root / "timeline.csv", "timeline")
+    check_timeline(timeline, str(root / "timeline.csv"))
+    memory = read_table(root / "memory.csv", "memory")
+    summary = read_json(root / "summary.json")
+    if not isinstance(summary, dict):
+        raise ScheduleError(f"{root / 'summary.json'} is not a JSON object")
+    return MeasuredRun(root, timeline, memory, summary)
 
 
 def read_measured(path) -> MeasuredRun:
-    """Read and check a run directory; raises ScheduleError (one line) if anything is off."""
-    run = read_run(path)
-    root = run.path
-    program = run_program(run)
-    summary = run.summary
-    _check_summary(summary, program, root / "summary.json")
-    _check_timeline(run.timeline, program, len(summary["step_times"]), root / "timeline.csv")
-    return MeasuredRun(root, program, run.timeline, run.memory, summary, read_profile(root / PROFILE))
+    """Read and check a run directory (`read_run`, then `MeasuredRun.checked`)."""
+    return read_run(path).checked()
 
 
 def _check_summary(summary: dict, program: Program, where: Path) -> None:
@@ -140,8 +172,10 @@ def _check_summary(summary: dict, program: Program, where: Path) -> None:
     if not isinstance(summary["model"], dict):
         raise ScheduleError(f"{where}: model must be an object of model flags")
     ahead = summary.get("post_ahead", 0)
-    if ahead != STEP and (isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 0):
-        raise ScheduleError(f"{where}: post_ahead must be a count of compute actions or 'step', got {ahead!r}")
+    try:
+        PostAhead.parse(ahead)
+    except ScheduleError:
+        raise ScheduleError(f"{where}: post_ahead must be a count of compute actions or 'step', got {ahead!r}") from None
 
 
 def _check_timeline(timeline: pd.DataFrame, program: Program, steps: int, where: Path) -> None:
@@ -177,10 +211,7 @@ def read_profile(path: Path) -> dict[str, Any] | None:
     """profile.json checked for the fields calibration reads; None if there is none."""
     if not path.is_file():
         return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ScheduleError(f"{path} is not valid JSON: {exc}") from None
+    data = read_json(path)
     if not isinstance(data, dict) or not set(data) <= {"layers", "p2p"}:
         raise ScheduleError(f"{path} is not a profile (expected an object with 'layers' and/or 'p2p')")
     layers = data.get("layers")
@@ -189,9 +220,9 @@ def read_profile(path: Path) -> dict[str, Any] | None:
         if not isinstance(records, list) or not records:
             raise ScheduleError(f"{path}: layers.records must be a non-empty list")
         for i, r in enumerate(records):
-            ok = (isinstance(r, dict) and r.get("role") in ("first", "middle", "last", "only")
+            ok = (isinstance(r, dict) and r.get("role") in ROLES
                   and isinstance(r.get("layers"), int) and r["layers"] > 0 and isinstance(r.get("activation_bytes"), int)
-                  and "F" in r and all(_samples(r[k]) for k in ("F", "B", "I", "W") if k in r))
+                  and "F" in r and all(_samples(r[k]) for k in COMPUTE_NAMES if k in r))
             if not ok:
                 raise ScheduleError(f"{path}: layers.records[{i}] is malformed")
     p2p = data.get("p2p")

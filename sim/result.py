@@ -39,11 +39,11 @@ from schedules import Action, Kind, Program
 from schedules import timeline as schema
 from schedules.timeline import memory_frame, timeline_frame
 
-from .costs import NS_PER_S, CostModel, StageCosts
+from .costs import NS_PER_S, CostModel, ResolvedCosts
 
 
 @dataclass
-class RankRun:
+class RankRecord:
     """What the engine records for one rank (integers: nanoseconds and bytes)."""
 
     times: list[int] = field(default_factory=list)  # start, end of each finished action
@@ -65,41 +65,41 @@ class SimResult:
 
     program: Program
     costs: CostModel
-    stage_costs: StageCosts
-    runs: tuple[RankRun, ...] = field(repr=False)
+    resolved: ResolvedCosts  # `costs` resolved for the program's stages (ns, bytes)
+    records: tuple[RankRecord, ...] = field(repr=False)
     makespan_ns: int
     busy_ns: tuple[int, ...]
     span_ns: tuple[tuple[int, int], ...]  # per rank: (first compute start, last compute end)
     peak_bytes: tuple[int, ...]
 
     @classmethod
-    def from_runs(
-        cls, program: Program, costs: CostModel, stage_costs: StageCosts, runs: list[RankRun]
+    def from_records(
+        cls, program: Program, costs: CostModel, resolved: ResolvedCosts, records: list[RankRecord]
     ) -> "SimResult":
         """Derive the metrics from the engine's per-rank records."""
         return cls(
             program=program,
             costs=costs,
-            stage_costs=stage_costs,
-            runs=tuple(runs),
-            makespan_ns=max((r.times[-1] for r in runs if r.times), default=0),
-            busy_ns=tuple(r.busy for r in runs),
-            span_ns=tuple((max(r.first, 0), r.last) for r in runs),
-            peak_bytes=tuple(r.peak for r in runs),
+            resolved=resolved,
+            records=tuple(records),
+            makespan_ns=max((r.times[-1] for r in records if r.times), default=0),
+            busy_ns=tuple(r.busy for r in records),
+            span_ns=tuple((max(r.first, 0), r.last) for r in records),
+            peak_bytes=tuple(r.peak for r in records),
         )
 
     @cached_property
     def timeline(self) -> pd.DataFrame:
         """One row per action (schema: schedules.timeline), source "sim", step 0."""
-        return timeline_frame(_timeline_rows(self.program, self.runs))
+        return timeline_frame(_timeline_rows(self.program, self.records))
 
     @cached_property
     def memory(self) -> pd.DataFrame:
         """Activation bytes held per rank: a row at time 0, then one per change."""
         rows = []
-        for rank, run in enumerate(self.runs):
+        for rank, record in enumerate(self.records):
             rows.append((0, rank, 0.0, 0, "sim"))
-            rows += [(0, rank, t / NS_PER_S, b, "sim") for t, b in run.memory]
+            rows += [(0, rank, t / NS_PER_S, b, "sim") for t, b in record.memory]
         return memory_frame(rows)
 
     @property
@@ -113,7 +113,7 @@ class SimResult:
     @property
     def step_time(self) -> float:
         """Predicted step time, seconds: the makespan plus the cost model's step_overhead."""
-        return (self.makespan_ns + self.stage_costs.step_overhead) / NS_PER_S
+        return (self.makespan_ns + self.resolved.step_overhead) / NS_PER_S
 
     @property
     def busy(self) -> list[float]:
@@ -159,22 +159,22 @@ class SimResult:
     @property
     def activation_unit_bytes(self) -> float:
         """Bytes of one microbatch's activations of one rank's share: all stages' / p."""
-        return sum(self.stage_costs.memory) / self.ranks
+        return sum(self.resolved.memory) / self.ranks
 
     @property
     def peak_activation(self) -> list[float]:
         """Peak activation per rank in rank-share microbatch units (0 if no activation memory)."""
-        total = sum(self.stage_costs.memory)
+        total = sum(self.resolved.memory)
         return [b * self.ranks / total if total else 0.0 for b in self.peak_bytes]
 
     @property
     def static_bytes(self) -> list[int]:
-        return list(self.stage_costs.static)
+        return list(self.resolved.static)
 
     @property
     def peak_memory_bytes(self) -> list[int]:
         """Peak activation bytes plus static bytes, per rank."""
-        return [a + s for a, s in zip(self.peak_bytes, self.stage_costs.static)]
+        return [a + s for a, s in zip(self.peak_bytes, self.resolved.static)]
 
     @property
     def time_per_microbatch(self) -> float:
@@ -201,7 +201,7 @@ class SimResult:
         }
 
 
-def _timeline_rows(program: Program, runs: tuple[RankRun, ...]):
+def _timeline_rows(program: Program, records: tuple[RankRecord, ...]):
     """Timeline rows in TIMELINE_COLUMNS order, rank by rank in stream order."""
     schedule = program.schedule
     n = schedule.num_stages
@@ -211,8 +211,8 @@ def _timeline_rows(program: Program, runs: tuple[RankRun, ...]):
     # once per kind because Enum properties are slow in a loop over every action.
     label = {kind: kind.value for kind in Kind}
     peer_offset = {kind: (None if kind.is_compute else Action(n, kind, 0).peer_stage() - n) for kind in Kind}
-    for rank, (stream, run) in enumerate(zip(program.streams, runs)):
-        flat = run.times
+    for rank, (stream, record) in enumerate(zip(program.streams, records)):
+        flat = record.times
         for i, action in enumerate(stream):
             kind, stage, mb = action.kind, action.stage, action.microbatch
             offset = peer_offset[kind]

@@ -1,7 +1,8 @@
-"""Simulate many configurations (schedule, p, m, v) under one cost model into one table.
+"""Simulate many configurations (schedule, p, m, v) under one cost source into one table.
 
-The costs are one `CostModel` for every configuration, or a `Calibration`, which gives
-each schedule the cost model of its own stages (the same model cut into more stages).
+The cost source (sim.costs.CostSource) gives each configuration the cost model of its
+own stages: a `CostModel` is the same for all, a `Calibration` cuts its model into each
+schedule's stages.
 """
 
 from __future__ import annotations
@@ -13,11 +14,10 @@ import pandas as pd
 
 import schedules
 from schedules import Schedule, ScheduleError
-from schedules.lowering import insert_comms
 
-from .calibration import Calibration
-from .costs import CostError, CostModel
+from .costs import CostError, CostModel, CostSource
 from .engine import simulate
+from .result import SimResult
 
 # One row per configuration; every column is a scalar so the table reads back from CSV as is.
 TABLE_COLUMNS: tuple[str, ...] = (
@@ -40,23 +40,21 @@ class Config:
         return f"{self.schedule} (p={self.ranks}, m={self.microbatches}{v})"
 
 
-def grid(
+def combinations(
     names: Sequence[str], ranks: Sequence[int], microbatches: Sequence[int], chunks: Sequence[int]
 ) -> list[Config]:
-    """Every combination, in the order given; `chunks` only varies schedules that take it.
-
-    Unknown schedule names raise ScheduleError.
-    """
-    configs: list[Config] = []
+    """Every combination (the cartesian product), in the order given; `chunks` only varies
+    schedules that take a chunk count. Unknown schedule names raise ScheduleError."""
+    found: list[Config] = []
     for name in names:
-        takes_chunks = schedules.generator(name).chunks is None
+        takes_chunks = schedules.generator(name).takes_chunks
         for p in ranks:
             for m in microbatches:
                 for v in (chunks if takes_chunks else [None]):
                     config = Config(name, p, m, v)
-                    if config not in configs:
-                        configs.append(config)
-    return configs
+                    if config not in found:
+                        found.append(config)
+    return found
 
 
 def build(config: Config) -> Schedule:
@@ -64,10 +62,10 @@ def build(config: Config) -> Schedule:
     return schedules.build(config.schedule, ranks=config.ranks, microbatches=config.microbatches, chunks=config.chunks)
 
 
-def summarize(schedule: Schedule, costs: CostModel) -> dict:
-    """SimResult.summary() of one simulation of a built (hence validated) schedule, plus the
-    number of lowered actions. Lowered without validating a second time."""
-    result = simulate(insert_comms(schedule), costs)
+def row(schedule: Schedule, costs: CostModel) -> dict:
+    """One table row: SimResult.summary() of one simulation of `schedule`, plus the number of
+    lowered actions."""
+    result = simulate(schedule, costs)
     return {**result.summary(), "actions": result.program.num_actions}
 
 
@@ -76,9 +74,9 @@ def table(records: Iterable[dict]) -> pd.DataFrame:
     return pd.DataFrame([{c: r[c] for c in TABLE_COLUMNS} for r in records], columns=list(TABLE_COLUMNS))
 
 
-def run(
+def simulate_all(
     configs: Iterable[Config],
-    costs: CostModel | Calibration,
+    costs: CostSource,
     progress: Callable[[Iterable[Config]], Iterable[Config]] = lambda it: it,
 ) -> tuple[pd.DataFrame, list[tuple[Config, str]]]:
     """Simulate every configuration; returns the table and the (config, reason) pairs skipped
@@ -92,13 +90,21 @@ def run(
         except ScheduleError as exc:
             skipped.append((config, str(exc)))
             continue
-        if isinstance(costs, Calibration):
-            try:
-                model = costs.cost_model(schedule.num_stages)
-            except CostError as exc:
-                skipped.append((config, str(exc)))
-                continue
-        else:
-            model = costs
-        records.append(summarize(schedule, model))
+        try:
+            model = costs.for_stages(schedule.num_stages)
+        except CostError as exc:
+            skipped.append((config, str(exc)))
+            continue
+        records.append(row(schedule, model))
     return table(records), skipped
+
+
+def simulate_each(names: Sequence[str], ranks: int, microbatches: int, chunks: int | None,
+                  costs: CostSource) -> dict[str, SimResult]:
+    """Simulate each named schedule at one size (`chunks` only where a schedule takes it);
+    raises ScheduleError naming a bad one."""
+    results = {}
+    for name in names:
+        schedule = schedules.build_for(name, ranks, microbatches, chunks)
+        results[name] = simulate(schedule, costs.for_stages(schedule.num_stages))
+    return results

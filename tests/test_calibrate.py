@@ -28,10 +28,12 @@ import schedules
 from schedules import ScheduleError
 from schedules.timeline import TIMELINE_COLUMNS
 from sim import CostError, CostModel, simulate
-from sim.calibration import Calibration, balanced_layers, calibrate, load_costs, role_of
-from sim.cli import main
+from schedules.stages import balanced_layers, role_of
+from sim.calibration import Calibration, calibrate
+from sim.__main__ import main
 from sim.comparison import compare_run
 from sim.measured import read_measured
+from sim.sources import load_costs
 
 NS = 1e-9
 LAYERS = 8
@@ -98,7 +100,7 @@ def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profil
         stage_costs.append({
             "stage": s, "rank": schedule.stage_to_rank[s], "chunk": schedule.chunk_of(s), "layers": [a, b],
             "output_bytes_per_microbatch": BOUNDARY if s < n - 1 else None,
-            "activation_bytes": result.stage_costs.memory[s],
+            "activation_bytes": result.resolved.memory[s],
         })
     summary = {
         "schedule": name, "ranks": 2, "microbatches": m, "chunks": schedule.chunks, "stages": n,
@@ -153,7 +155,7 @@ def test_calibration_recovers_every_parameter(calibration_run):
 
 def test_replay_of_the_calibration_run_is_exact(calibration_run):
     run = read_measured(calibration_run)
-    comparison, result = compare_run(run, calibrate(run).cost_model_for_run(run))
+    comparison, result = compare_run(run, calibrate(run).for_run(run))
     assert abs(comparison.step_time_error) < 1e-12
     assert comparison.start_mae == 0.0
     # The simulated rows hold the dispatch gap after the last compute action; measured ones end before it.
@@ -174,7 +176,7 @@ def test_calibration_predicts_other_schedules_and_chunk_counts(calibration_run, 
     schedule = schedules.build(name, ranks=2, microbatches=m, chunks=chunks)
     predicted = simulate(schedule, c.cost_model(schedule.num_stages)).step_time
     assert predicted == pytest.approx(truth, rel=1e-12)
-    comparison, _ = compare_run(read_measured(tmp_path / "held-out"), c.cost_model_for_run(read_measured(tmp_path / "held-out")))
+    comparison, _ = compare_run(read_measured(tmp_path / "held-out"), c.for_run(read_measured(tmp_path / "held-out")))
     assert comparison.start_mae == 0.0
     assert comparison.peak_activation_bytes_simulated == comparison.peak_activation_bytes_measured
 
@@ -194,7 +196,7 @@ def test_without_profile_only_the_runs_own_stages(tmp_path):
     run = read_measured(tmp_path / "run")
     c = calibrate(run)
     assert c.compute is None
-    comparison, _ = compare_run(run, c.cost_model_for_run(run))
+    comparison, _ = compare_run(run, c.for_run(run))
     assert abs(comparison.step_time_error) < 1e-12
     with pytest.raises(CostError, match="no per-layer profile"):
         c.cost_model(4)
@@ -207,7 +209,7 @@ def test_calibration_refuses_another_microbatch_size(calibration_run, tmp_path):
     summary["microbatch_sizes"] = [ROWS * 2] * 4
     (tmp_path / "run" / "summary.json").write_text(json.dumps(summary))
     with pytest.raises(CostError, match="samples per microbatch"):
-        c.cost_model_for_run(read_measured(tmp_path / "run"))
+        c.for_run(read_measured(tmp_path / "run"))
 
 
 # ------------------------------------------------------------------ command line
@@ -338,6 +340,7 @@ def test_compare_predicts_from_a_calibration_file(calibration_run, tmp_path, cap
 def test_posts_before_places_receives_like_the_executor():
     """runtime/executor.py posts a RECV's receive just before the compute action that lies
     post_ahead compute actions before the RECV (worked by hand for 1F1B, p=2, m=2)."""
+    from schedules.posting import PostAhead
     from sim.calibration import posts_before
 
     program = schedules.lower(schedules.build("1f1b", ranks=2, microbatches=2))
@@ -345,12 +348,12 @@ def test_posts_before_places_receives_like_the_executor():
     assert [str(a) for a in rank1] == ["1RECV_F0", "1F0", "1B0", "1SEND_B0", "1RECV_F1", "1F1", "1B1", "1SEND_B1"]
     # k=1: 1RECV_F0 has no compute before it (posted before the first action); 1RECV_F1 has
     # F0 and B0 before it, so it is posted one compute earlier than F1: before B0.
-    assert posts_before(rank1, 1) == [1, 0, 1, 0, 0, 0, 0, 0]
+    assert posts_before(rank1, PostAhead(1)) == [1, 0, 1, 0, 0, 0, 0, 0]
     # k=2: 1RECV_F1 goes before F0; with 0 every receive is posted inside its RECV.
-    assert posts_before(rank1, 2) == [1, 1, 0, 0, 0, 0, 0, 0]
+    assert posts_before(rank1, PostAhead(2)) == [1, 1, 0, 0, 0, 0, 0, 0]
     # "step": every receive of the step before the first action.
-    assert posts_before(rank1, "step") == [2, 0, 0, 0, 0, 0, 0, 0]
-    assert posts_before(rank1, 0) == [0] * 8
+    assert posts_before(rank1, PostAhead.step()) == [2, 0, 0, 0, 0, 0, 0, 0]
+    assert posts_before(rank1, PostAhead(0)) == [0] * 8
 
 
 def test_sweep_predicts_from_a_calibration_file(calibration_run, tmp_path, capsys):
@@ -381,17 +384,13 @@ def test_plot_overlay_calibrates_from_the_run_and_plots_take_calibrations(calibr
     """`sim plot --run DIR --overlay` without cost flags simulates the run under a calibration
     from the run itself (its replay equals the synthetic run); --costs may be a calibration
     for overlays and for plots of named schedules."""
-    import argparse
+    from sim.measured import read_run
+    from sim.sources import CostOverrides, run_costs
 
-    from sim.plot_commands import overlay_costs
-    from sim.plot_run import read_run
-
-    args = argparse.Namespace(costs=None, no_contention=False, forward=None, backward=None, weight=None,
-                              comm_latency=None, comm_bandwidth=None, comm_bytes=None)
     run = read_measured(calibration_run)
-    replay = simulate(run.program, overlay_costs(args, read_run(calibration_run)))
+    replay = simulate(run.program, run_costs(None, CostOverrides(), read_run(calibration_run)))
     assert replay.makespan == pytest.approx(simulate(run.program, true_costs(2)).makespan, rel=1e-12)
-    flagged = overlay_costs(argparse.Namespace(**{**vars(args), "forward": 3.0}), read_run(calibration_run))
+    flagged = run_costs(None, CostOverrides(forward=3.0), read_run(calibration_run))
     assert flagged.forward == 3.0  # a cost flag means: these costs, not a calibration
     costs = tmp_path / "costs.json"
     calibrate(run).to_json(costs)

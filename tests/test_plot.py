@@ -22,8 +22,9 @@ from schedules import ScheduleError
 from schedules.timeline import memory_frame, timeline_frame
 from sim import CostModel, simulate
 from sim.plot import plot_compare, plot_memory, plot_overlay, plot_timeline
-from sim.plot_data import byte_unit, memory_steps, select_step, summarize, time_unit
-from sim.plot_style import KIND_COLOURS
+from sim.metrics import select_step, step_summary
+from sim.plot.style import KIND_COLOURS
+from sim.plot.units import byte_unit, memory_steps, time_unit
 
 SPLIT = CostModel(forward=1.0, backward_input=1.0, backward_weight=1.0)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -48,7 +49,7 @@ def legal(name: str, p: int, m: int, v: int | None = None):
 
 @pytest.mark.parametrize("p,m,f,b", [(1, 1, 1.0, 2.0), (4, 8, 1.0, 2.0), (3, 5, 0.25, 0.7), (8, 2, 2.0, 1.0)])
 def test_summary_matches_gpipe_closed_form(p, m, f, b):
-    s = summarize(gpipe_timeline(p, m, f, b))
+    s = step_summary(gpipe_timeline(p, m, f, b))
     assert (s.ranks, s.microbatches, s.chunks) == (p, m, 1)
     assert s.makespan == pytest.approx((m + p - 1) * (f + b), rel=1e-12)
     assert s.bubble_ratio == pytest.approx((p - 1) / (m + p - 1), abs=1e-12)
@@ -159,7 +160,7 @@ def test_compare_shares_the_time_axis():
     fig = plot_compare(tables, note="costs")
     gantt = [ax for ax in fig.axes if box_collections(ax)]
     assert len(gantt) == 2
-    span = max(summarize(t).makespan for t in tables.values())
+    span = max(step_summary(t).makespan for t in tables.values())
     assert all(ax.get_xlim() == pytest.approx((0.0, span)) for ax in gantt)
     assert [ax.get_title(loc="left").split("  ·  ")[0] for ax in gantt] == ["short", "long"]
 
@@ -202,7 +203,7 @@ def test_every_schedule_plots_and_its_title_agrees_with_the_simulator(name, tmp_
     schedule = legal(name, 4, 8, 2)
     assert schedule is not None, f"{name} should be legal at p=4, m=8"
     result = simulate(schedule, CostModel(forward=1.0, backward_input=1.0, backward_weight=1.0, p2p_latency=0.1))
-    summary = summarize(result.timeline)
+    summary = step_summary(result.timeline)
     assert summary.makespan == pytest.approx(result.makespan, rel=1e-12)
     assert summary.bubble_ratio == pytest.approx(result.bubble_ratio, abs=1e-12)
     fig = plot_timeline(result.timeline, result.memory, name=name, comm=True,

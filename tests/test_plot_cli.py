@@ -14,8 +14,8 @@ import schedules
 from plot_tables import gpipe_memory, measured_steps
 from schedules import ScheduleError
 from schedules.io import save_json
-from sim.cli import main
-from sim.plot_figures import SPLIT_COSTS, legal_results
+from sim.__main__ import main
+from sim.plot.readme import SPLIT_COSTS, legal_results
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 import schedules
-from runtime.comm import posting_plan
+from schedules.posting import posting_plan
 from schedules import Schedule
 from schedules.ir import B, F
 

@@ -8,11 +8,11 @@ import schedules
 from runtime import ConfigError, ModelSpec, RunOptions, build_model, from_layers, partition
 from runtime.memory import SavedTensorMeter, unpack
 from runtime.models import microbatch_sizes
-from runtime.record import set_delivery_times, step_metrics
+from runtime.record import set_delivery_times
 from runtime.reference import compute as reference
 from runtime.reference import relative_error
 from runtime.stage import Stage
-from schedules.timeline import timeline_frame
+from schedules.timeline import step_metrics, timeline_frame
 
 torch.set_num_threads(1)
 
@@ -257,7 +257,7 @@ def test_step_metrics_match_hand_computed_bubbles():
         (1, 1, 0, "B", 2.0, 3.0, -1),
         (1, 1, 0, "SEND_B", 3.0, 3.0, 0),
     ]
-    (metrics,) = step_metrics(_frame(rows), ranks=2)
+    (metrics,) = step_metrics(_frame(rows), ranks=2).to_dict("records")
     busy = 1.0 + 2.0 + 0.8 + 1.0
     assert metrics["makespan"] == 5.0
     assert metrics["bubble_ratio"] == pytest.approx((2 * 5.0 - busy) / (2 * 5.0))

@@ -39,3 +39,27 @@ def test_matching_pairs_follow_torch_convention():
     assert Action.parse("1RECV_B0").matching() == Action.parse("2SEND_B0")
     with pytest.raises(ValueError):
         Action.parse("0F0").matching()
+
+
+def test_a_send_and_its_recv_name_one_transfer_numbered_densely():
+    """Every cross-stage transfer of a 4-stage, 3-microbatch pipeline: its SEND and RECV give
+    the same Transfer, the torch text form of both ends follows, and the numbers are distinct
+    and below transfer_count (the simulator indexes by them, the executor tags with them)."""
+    from schedules.ir import Direction, transfer_count
+
+    n, m = 4, 3
+    numbers = set()
+    for mb in range(m):
+        for stage in range(n - 1):  # forward: stage -> stage + 1
+            send, recv = Action.parse(f"{stage}SEND_F{mb}"), Action.parse(f"{stage + 1}RECV_F{mb}")
+            assert send.transfer == recv.transfer == (Direction.FORWARD, stage, mb)
+            assert (send.transfer.send(), send.transfer.recv()) == (send, recv) and send.transfer.boundary == stage
+            numbers.add(send.transfer.number(m))
+        for stage in range(1, n):  # backward: stage -> stage - 1
+            send, recv = Action.parse(f"{stage}SEND_B{mb}"), Action.parse(f"{stage - 1}RECV_B{mb}")
+            assert send.transfer == recv.transfer == (Direction.BACKWARD, stage, mb)
+            assert (send.transfer.send(), send.transfer.recv()) == (send, recv) and send.transfer.boundary == stage - 1
+            numbers.add(send.transfer.number(m))
+    assert len(numbers) == 2 * (n - 1) * m and all(0 <= x < transfer_count(n, m) for x in numbers)
+    with pytest.raises(ValueError):
+        Action.parse("0F0").transfer

@@ -143,3 +143,23 @@ def test_random_mutations_are_valid_or_rejected(params, mutation, rnd):
         return
     # Accepted mutations must really be runnable: lowering gives a complete program.
     assert insert_comms(mutated).num_actions >= 2 * schedule.num_stages * m
+
+
+def test_a_schedule_is_checked_once(monkeypatch, tmp_path):
+    """build() and the loaders check a schedule (rules, lowering, deadlock) and keep the checked
+    program: lowering it again hands that program out unchecked; a changed copy is checked anew."""
+    import schedules.checked as checked
+    from schedules import load_program_json, save_json
+
+    real, calls = checked.check_schedule, []
+    monkeypatch.setattr(checked, "check_schedule", lambda s: calls.append(s) or real(s))
+    schedule = build("1f1b", ranks=2, microbatches=2)
+    assert calls == [schedule]
+    program = lower(schedule)
+    assert lower(schedule) is program and calls == [schedule]
+    save_json(schedule, tmp_path / "s.json")
+    assert load_program_json(tmp_path / "s.json").streams == program.streams and len(calls) == 2
+    bad = with_order(schedule, ["0F0 0B0 0F1 0B1", "1F0 1F1 1B0 1B1"])
+    with pytest.raises(ScheduleError, match=r"\[deadlock\]"):
+        lower(bad)
+    assert calls[-1] is bad

@@ -13,7 +13,7 @@ import pytest
 import schedules
 from schedules import ScheduleError
 from sim import CostModel
-from sim.cli import main
+from sim.__main__ import main
 
 JSON_KEYS = {
     "schedule", "ranks", "microbatches", "chunks", "makespan", "bubble_ratio", "bubble_ratio_rank_span",

@@ -18,7 +18,7 @@ from plot_tables import gpipe_memory, gpipe_timeline, measured_steps
 from schedules import Action
 from schedules.timeline import timeline_frame
 from sim import CostModel, simulate
-from sim.trace import assign_lanes, to_trace, write_trace
+from sim.plot.trace import assign_lanes, to_trace, write_trace
 
 CATEGORY = {"F": "compute", "B": "compute", "I": "compute", "W": "compute",
             "SEND_F": "send", "SEND_B": "send", "RECV_F": "recv", "RECV_B": "recv"}

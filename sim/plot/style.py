@@ -1,4 +1,4 @@
-"""Colours and labels shared by every plot: Okabe-Ito kinds, chunk shades, rank colours.
+"""Colours and labels shared by every plot: Okabe-Ito kinds, chunk shades, rank colours, memory units.
 
 The Okabe-Ito palette (Okabe & Ito, "Color Universal Design", 2008) stays distinct under
 the common colour-vision deficiencies; later chunks of a rank are lighter shades of the
@@ -40,6 +40,11 @@ LANE_COLOUR = "#F2F2F2"
 # Rank colours for memory curves: Okabe-Ito without yellow (too light on white).
 RANK_COLOURS = [OKABE_ITO[k] for k in ("blue", "orange", "bluish_green", "vermillion",
                                        "reddish_purple", "sky_blue", "black")]
+
+# Simulated memory is drawn in units of one microbatch's activations of one rank's share
+# (sim.result.SimResult.activation_unit_bytes); these name that unit on axes and in notes.
+MEMORY_UNIT_LABEL = "microbatch units"
+MEMORY_UNIT_NOTE = "memory unit: one microbatch's activations of one rank's share"
 
 MAX_LIGHTEN = 0.6  # the last chunk keeps 40% of the hue: light, but not white
 

@@ -7,8 +7,8 @@ import pandas as pd
 from matplotlib.collections import LineCollection
 from matplotlib.ticker import MaxNLocator
 
-from .plot_data import byte_unit, memory_steps
-from .plot_style import rank_colour
+from .style import rank_colour
+from .units import byte_unit, memory_steps
 
 
 def memory_unit(step_memory: pd.DataFrame, unit_bytes: float | None, unit_label: str | None) -> tuple[str, float]:

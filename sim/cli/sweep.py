@@ -1,17 +1,41 @@
-"""`python -m sim sweep`: simulate a grid of schedules and sizes into one table."""
+"""`python -m sim sweep`: simulate every combination of schedules and sizes into one table."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import schedules
 from schedules import ScheduleError
 
-from . import sweep
-from .cost_args import add_cost_arguments, costs_or_calibration, names, positive_ints
-from .costs import CostError
+from .. import sweep
+from ..costs import CostError
+from ..sources import CostOverrides, cost_source
+from .args import add_cost_arguments, cost_overrides, fail, names, positive_ints
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """`sim sweep` as typed values."""
+
+    schedules: tuple[str, ...] | None
+    ranks: tuple[int, ...]
+    microbatches: tuple[int, ...]
+    chunks: tuple[int, ...]
+    costs: str | None
+    overrides: CostOverrides
+    out: str | None  # as typed: messages quote it
+    progress: bool
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "SweepOptions":
+        return cls(
+            schedules=None if args.schedules is None else tuple(args.schedules), ranks=tuple(args.ranks),
+            microbatches=tuple(args.microbatches), chunks=tuple(args.chunks), costs=args.costs,
+            overrides=cost_overrides(args), out=args.out or None, progress=not args.no_progress,
+        )
 
 
 def add_parser(subparsers) -> None:
@@ -43,28 +67,30 @@ def add_parser(subparsers) -> None:
         "--out", metavar="FILE", help="write the table here (.csv, or .json for a list of records); default: CSV on stdout",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    parser.set_defaults(func=run)
+    parser.set_defaults(handle=handle)
 
 
 def _fail(message: str) -> int:
-    print(f"sim sweep: error: {message}", file=sys.stderr)
-    return 2
+    return fail("sweep", message)
 
 
-def run(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace) -> int:
     """Handle `sim sweep`; returns the exit code."""
     from tqdm import tqdm
 
-    out = Path(args.out) if args.out else None
+    options = SweepOptions.from_args(args)
+    out = Path(options.out) if options.out else None
     if out is not None and out.suffix not in (".csv", ".json"):
-        return _fail(f"--out must end in .csv or .json, got {args.out!r}")
+        return _fail(f"--out must end in .csv or .json, got {options.out!r}")
+
     def progress(items):
-        return tqdm(items, total=len(items), desc="sweep", unit="config", file=sys.stderr, disable=args.no_progress)
+        return tqdm(items, total=len(items), desc="sweep", unit="config", file=sys.stderr, disable=not options.progress)
 
     try:
-        costs = costs_or_calibration(args)
-        configs = sweep.grid(args.schedules or schedules.available(), args.ranks, args.microbatches, args.chunks)
-        frame, skipped = sweep.run(configs, costs, progress=progress)
+        costs = cost_source(options.costs, options.overrides)
+        configs = sweep.combinations(options.schedules or schedules.available(), options.ranks, options.microbatches,
+                                options.chunks)
+        frame, skipped = sweep.simulate_all(configs, costs, progress=progress)
     except (ScheduleError, CostError) as exc:
         return _fail(str(exc))
     if skipped:

@@ -1,23 +1,56 @@
-"""`python -m sim compare`: simulate several schedules at one size and print one row each."""
+"""`python -m sim compare`: simulate several schedules at one size and print one row each;
+with --measured, a run's own program simulated and set beside the run."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 
 import schedules
 from schedules import ScheduleError
 
-from . import measured_cli, sweep
-from .cost_args import add_cost_arguments, costs_or_calibration, names, positive_int
-from .calibration import Calibration
-from .costs import CostError
+from .. import sweep
+from ..comparison import compare_run
+from ..costs import CostError
+from ..measured import read_measured
+from ..sources import CostOverrides, cost_source, costs_for_run
+from .args import add_cost_arguments, cost_overrides, fail, names, positive_int
 
 TEXT_COLUMNS = (
     "schedule", "ranks", "microbatches", "chunks", "makespan", "time_per_microbatch", "bubble_ratio",
     "bubble_ratio_rank_span", "peak_activation",
 )
+SIZE_FLAGS = ("schedules", "ranks", "microbatches", "chunks")
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    """`sim compare` as typed values (None: not given)."""
+
+    schedules: tuple[str, ...] | None
+    ranks: int | None
+    microbatches: int | None
+    chunks: int | None
+    measured: str | None
+    overlay: str | None
+    costs: str | None
+    overrides: CostOverrides
+    json: bool
+    csv: bool
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "CompareOptions":
+        return cls(
+            schedules=None if args.schedules is None else tuple(args.schedules), ranks=args.ranks,
+            microbatches=args.microbatches, chunks=args.chunks, measured=args.measured, overlay=args.overlay,
+            costs=args.costs, overrides=cost_overrides(args), json=args.json, csv=args.csv,
+        )
+
+    def sizes_given(self) -> list[str]:
+        """The size flags given, as typed."""
+        return [f"--{name}" for name in SIZE_FLAGS if getattr(self, name) is not None]
 
 
 def add_parser(subparsers) -> None:
@@ -61,49 +94,79 @@ def add_parser(subparsers) -> None:
         "one object (see sim/comparison.py)",
     )
     output.add_argument("--csv", action="store_true", help="print the table as CSV")
-    parser.set_defaults(func=run)
+    parser.set_defaults(handle=handle)
 
 
 def _fail(message: str) -> int:
-    print(f"sim compare: error: {message}", file=sys.stderr)
-    return 2
+    return fail("compare", message)
 
 
-def run(args: argparse.Namespace) -> int:
+def handle(args: argparse.Namespace) -> int:
     """Handle `sim compare`; returns the exit code."""
-    if args.measured is not None:
-        return measured_cli.run(args, _fail)
-    if args.overlay is not None:
+    options = CompareOptions.from_args(args)
+    if options.measured is not None:
+        return compare_measured(options)
+    if options.overlay is not None:
         return _fail("--overlay draws a measured run: give --measured RUN_DIR")
-    args.ranks = 4 if args.ranks is None else args.ranks
-    args.microbatches = 8 if args.microbatches is None else args.microbatches
-    args.chunks = 2 if args.chunks is None else args.chunks
+    ranks = 4 if options.ranks is None else options.ranks
+    microbatches = 8 if options.microbatches is None else options.microbatches
+    chunks = 2 if options.chunks is None else options.chunks
     try:
-        costs = costs_or_calibration(args)
-        chosen = args.schedules or schedules.available()
-        configs = sweep.grid(chosen, [args.ranks], [args.microbatches], [args.chunks])
+        costs = cost_source(options.costs, options.overrides)
+        chosen = options.schedules or schedules.available()
         records = []
-        for config in configs:
+        for config in sweep.combinations(chosen, [ranks], [microbatches], [chunks]):
             try:
                 schedule = sweep.build(config)
             except ScheduleError as exc:
-                if args.schedules:
+                if options.schedules:
                     return _fail(f"{config}: {exc}")
                 print(f"sim compare: skipping {config}: {exc}", file=sys.stderr)
                 continue
-            model = costs.cost_model(schedule.num_stages) if isinstance(costs, Calibration) else costs
-            records.append(sweep.summarize(schedule, model))
+            records.append(sweep.row(schedule, costs.for_stages(schedule.num_stages)))
     except (ScheduleError, CostError) as exc:
         return _fail(str(exc))
     if not records:
         return _fail("no schedule is legal at these sizes")
-    if args.json:
+    if options.json:
         print(json.dumps(records, indent=2))
         return 0
     table = sweep.table(records)
-    if args.csv:
+    if options.csv:
         print(table.to_csv(index=False), end="")
     else:
         print(table[list(TEXT_COLUMNS)].to_string(index=False, float_format=lambda x: f"{x:.6g}"))
     return 0
 
+
+def compare_measured(options: CompareOptions) -> int:
+    """`sim compare --measured RUN_DIR`: the run's own program simulated and set beside the run."""
+    sizes = options.sizes_given()
+    if sizes:
+        return _fail(f"--measured simulates the run's own program: drop {', '.join(sizes)}")
+    flags = options.overrides.given()
+    if flags:
+        return _fail(f"--measured takes its costs from --costs FILE or from the run itself: drop {', '.join(flags)}")
+    if options.csv:
+        return _fail("--measured prints a table or, with --json, one JSON object (not --csv)")
+    try:
+        measured = read_measured(options.measured)
+        costs, origin = costs_for_run(options.costs, measured)
+        comparison, result = compare_run(measured, costs)
+        if options.overlay:
+            from ..plot import plot_overlay
+
+            schedule = measured.program.schedule
+            plot_overlay(measured.timeline, result.timeline, path=options.overlay,
+                         name=f"{schedule.name} p={schedule.ranks} m={schedule.microbatches} v={schedule.chunks}")
+    except (ScheduleError, CostError) as exc:
+        return _fail(str(exc))
+    except OSError as exc:
+        return _fail(f"cannot write {options.overlay}: {exc.strerror or exc}")
+    if options.json:
+        print(json.dumps(comparison.to_dict(), indent=2))
+    else:
+        print(comparison.report(origin))
+        if options.overlay:
+            print(f"wrote {options.overlay}")
+    return 0

@@ -14,8 +14,9 @@ import pandas as pd
 from matplotlib.collections import PolyCollection
 from matplotlib.patches import Patch
 
-from .plot_data import COMM_KINDS, COMPUTE_KINDS
-from .plot_style import (
+from schedules.ir import COMM_NAMES, COMPUTE_NAMES, RECV_NAMES, SEND_NAMES
+
+from .style import (
     KIND_COLOURS, KIND_LABELS, LANE_COLOUR, RECV_COLOUR, SEND_COLOUR, colour_table, shade, text_colour,
 )
 
@@ -102,7 +103,7 @@ def draw_compute(
 
     `row_of_rank[r]` is the row index of rank r (default: r); `scale` converts seconds to axis units.
     """
-    compute = frame[frame["kind"].isin(COMPUTE_KINDS)]
+    compute = frame[frame["kind"].isin(COMPUTE_NAMES)]
     if compute.empty:
         return 0
     ranks = compute["rank"].to_numpy()
@@ -147,11 +148,8 @@ def draw_compute(
 
 def draw_comm(ax, frame: pd.DataFrame, *, scale: float) -> None:
     """Draw sends (on the wire) and receive waits on the thin lanes under each rank's boxes."""
-    comm = frame[frame["kind"].isin(COMM_KINDS)]
-    for kinds, lane, colour in (
-        (("SEND_F", "SEND_B"), SEND_LANE, SEND_COLOUR),
-        (("RECV_F", "RECV_B"), RECV_LANE, RECV_COLOUR),
-    ):
+    comm = frame[frame["kind"].isin(COMM_NAMES)]
+    for kinds, lane, colour in ((SEND_NAMES, SEND_LANE, SEND_COLOUR), (RECV_NAMES, RECV_LANE, RECV_COLOUR)):
         part = comm[comm["kind"].isin(kinds) & (comm["end"] > comm["start"])]
         if part.empty:
             continue
@@ -172,9 +170,9 @@ def legend_handles(kinds: set[str], chunks: int, comm: bool = False) -> list:
 
     A chunk's entry is a tuple of patches (draw it with HandlerTuple, see `add_legend`).
     """
-    handles = [Patch(facecolor=KIND_COLOURS[k], label=KIND_LABELS[k]) for k in COMPUTE_KINDS if k in kinds]
+    handles = [Patch(facecolor=KIND_COLOURS[k], label=KIND_LABELS[k]) for k in COMPUTE_NAMES if k in kinds]
     if chunks > 1:  # one swatch per kind present, in that chunk's shade
-        present = [k for k in COMPUTE_KINDS if k in kinds] or ["F"]
+        present = [k for k in COMPUTE_NAMES if k in kinds] or ["F"]
         handles += [
             tuple(Patch(facecolor=shade(KIND_COLOURS[k], c, chunks), label=f"chunk {c}") for k in present)
             for c in range(chunks)

@@ -29,14 +29,13 @@ import numpy as np
 import pandas as pd
 
 from schedules import Action
+from schedules.ir import COMPUTE_NAMES, RECV_NAMES, SEND_NAMES, Transfer
+from schedules.timeline import check_timeline
 
-from .plot_data import COMPUTE_KINDS, check_timeline, one_step, select_step
-
-SEND_KINDS = ("SEND_F", "SEND_B")
-RECV_KINDS = ("RECV_F", "RECV_B")
+from ..metrics import one_step, select_step
 
 # Thread id = category base + lane index; tid 0 is avoided (Perfetto reserves it for idle).
-THREADS = (("compute", 1, COMPUTE_KINDS), ("send", 1001, SEND_KINDS), ("recv wait", 2001, RECV_KINDS))
+THREADS = (("compute", 1, COMPUTE_NAMES), ("send", 1001, SEND_NAMES), ("recv wait", 2001, RECV_NAMES))
 MEMORY_COUNTER = "activation memory"
 
 
@@ -69,13 +68,14 @@ def assign_lanes(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return lanes
 
 
-def _transfer_ids(frame: pd.DataFrame) -> dict[str, int]:
-    """Flow id for each SEND action text whose RECV is in `frame` (ids 1, 2, ... in send order)."""
-    present = set(frame.loc[frame["kind"].isin(RECV_KINDS), "action"])
-    ids: dict[str, int] = {}
-    for text in frame.loc[frame["kind"].isin(SEND_KINDS), "action"]:
-        if str(Action.parse(text).matching()) in present:
-            ids[text] = len(ids) + 1
+def _transfer_ids(frame: pd.DataFrame) -> dict[Transfer, int]:
+    """Flow id of each transfer whose SEND and RECV are both in `frame` (ids 1, 2, ... in send order)."""
+    received = {Action.parse(text).transfer for text in frame.loc[frame["kind"].isin(RECV_NAMES), "action"]}
+    ids: dict[Transfer, int] = {}
+    for text in frame.loc[frame["kind"].isin(SEND_NAMES), "action"]:
+        transfer = Action.parse(text).transfer
+        if transfer in received:
+            ids[transfer] = len(ids) + 1
     return ids
 
 
@@ -94,7 +94,6 @@ def to_trace(
     ranks = int(frame["rank"].max()) + 1
     start_ns, end_ns = _ns(frame["start"]), _ns(frame["end"])
     flows = _transfer_ids(frame)
-    recv_flow = {str(Action.parse(text).matching()): flow_id for text, flow_id in flows.items()}
 
     columns = {c: frame[c].tolist() for c in ("rank", "stage", "chunk", "microbatch", "kind", "action", "peer")}
     events: list[dict] = []
@@ -116,7 +115,7 @@ def to_trace(
                 members = idx[lanes == lane]
                 members = members[np.lexsort((end_ns[members], start_ns[members]))]
                 for i in members:
-                    events.extend(_slice_events(columns, i, tid, start_ns[i], end_ns[i], flows, recv_flow))
+                    events.extend(_slice_events(columns, i, tid, start_ns[i], end_ns[i], flows))
     if memory is not None:
         events.extend(_counter_events(one_step(memory, chosen)))
     return {
@@ -126,20 +125,21 @@ def to_trace(
     }
 
 
-def _slice_events(columns, i, tid, start, end, flows, recv_flow) -> list[dict]:
-    """The X event of row `i` and the flow event that starts or ends on it, if any."""
-    rank, text = columns["rank"][i], columns["action"][i]
+def _slice_events(columns, i, tid, start, end, flows) -> list[dict]:
+    """The X event of row `i` and the flow event that starts (SEND) or ends (RECV) on it, if any."""
+    rank, text, kind = columns["rank"][i], columns["action"][i], columns["kind"][i]
     event = {
-        "ph": "X", "name": text, "cat": columns["kind"][i], "pid": rank, "tid": tid,
+        "ph": "X", "name": text, "cat": kind, "pid": rank, "tid": tid,
         "ts": _us(start), "dur": (end - start) / 1000.0,  # unnudged: a truncating reader may end it 1 ns early, never late
         "args": {key: columns[key][i] for key in ("stage", "chunk", "microbatch", "peer")},
     }
     out = [event]
-    if text in flows:
-        out.append({"ph": "s", "name": "transfer", "cat": "p2p", "id": flows[text], "pid": rank, "tid": tid,
+    flow_id = flows.get(Action.parse(text).transfer) if kind not in COMPUTE_NAMES else None
+    if flow_id is not None and kind in SEND_NAMES:
+        out.append({"ph": "s", "name": "transfer", "cat": "p2p", "id": flow_id, "pid": rank, "tid": tid,
                     "ts": _us(start)})
-    elif text in recv_flow:
-        out.append({"ph": "f", "bp": "e", "name": "transfer", "cat": "p2p", "id": recv_flow[text], "pid": rank,
+    elif flow_id is not None:
+        out.append({"ph": "f", "bp": "e", "name": "transfer", "cat": "p2p", "id": flow_id, "pid": rank,
                     "tid": tid, "ts": _us(end)})
     return out
 

@@ -1,0 +1,160 @@
+"""`python -m sim plot`: draw a simulated schedule, several schedules, or a measured run (and traces)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from schedules import ScheduleError, build
+
+from .. import sweep
+from ..engine import simulate
+from ..measured import read_run
+from ..sources import CostOverrides, cost_source, run_costs
+from .args import add_cost_arguments, cost_overrides, fail, one_line, positive_int
+
+
+@dataclass(frozen=True)
+class PlotOptions:
+    """`sim plot` as typed values: exactly one of `schedule`, `compare`, `run` is set."""
+
+    schedule: str | None
+    compare: tuple[str, ...] | None
+    run: str | None
+    ranks: int
+    microbatches: int
+    chunks: int | None
+    output: Path
+    memory: bool
+    trace: Path | None
+    comm: bool
+    costs: str | None
+    overrides: CostOverrides
+    step: int | None
+    warmup: int
+    overlay: bool
+    dpi: int
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "PlotOptions":
+        """Typed options; ScheduleError for an empty --compare list."""
+        compare = None
+        if args.compare is not None:
+            compare = tuple(n.strip() for n in args.compare.split(",") if n.strip())
+            if not compare:
+                raise ScheduleError("--compare needs at least one schedule name")
+        return cls(
+            schedule=args.schedule, compare=compare, run=args.run, ranks=args.ranks, microbatches=args.microbatches,
+            chunks=args.chunks, output=Path(args.output), memory=args.memory,
+            trace=Path(args.trace) if args.trace else None, comm=args.comm, costs=args.costs,
+            overrides=cost_overrides(args), step=args.step, warmup=args.warmup, overlay=args.overlay, dpi=args.dpi,
+        )
+
+
+def add_parser(subparsers) -> None:
+    """Register `plot` on an argparse subparsers object."""
+    plot = subparsers.add_parser(
+        "plot",
+        help="draw a Gantt timeline (and memory, trace) of a schedule, several schedules or a run",
+        description=(
+            "Draw the timeline of a simulated schedule (--schedule), of several schedules on a "
+            "shared time axis (--compare), or of a measured run directory (--run)."
+        ),
+    )
+    source = plot.add_mutually_exclusive_group(required=True)
+    source.add_argument("--schedule", help="schedule name to simulate and plot")
+    source.add_argument("--compare", metavar="A,B,...", help="comma-separated schedules, one panel each")
+    source.add_argument("--run", metavar="DIR", help="measured run directory (timeline.csv, memory.csv, ...)")
+    plot.add_argument("--ranks", type=positive_int, default=4, help="pipeline ranks p (default 4)")
+    plot.add_argument("--microbatches", type=positive_int, default=8, help="microbatches m (default 8)")
+    plot.add_argument(
+        "--chunks", type=positive_int, default=None,
+        help="stages per rank v for schedules that take it (default: the schedule's own, 2 for interleaved)",
+    )
+    plot.add_argument("-o", "--output", required=True, metavar="PNG", help="image file to write")
+    plot.add_argument(
+        "--memory", action="store_true",
+        help="add activation-memory curves under the timeline (one panel per schedule with --compare)",
+    )
+    plot.add_argument("--trace", metavar="JSON", help="also write a Perfetto/Chrome trace (not with --compare)")
+    plot.add_argument("--comm", action="store_true", help="draw sends and receive waits on thin lanes per rank")
+    add_cost_arguments(plot)
+    measured = plot.add_argument_group("measured runs")
+    measured.add_argument("--step", type=int, default=None, help="step to plot (default: the step of median makespan)")
+    measured.add_argument(
+        "--warmup", type=int, default=0,
+        help="leading recorded steps to leave out of the median (default 0: the executor does not "
+        "record its warm-up steps)",
+    )
+    measured.add_argument(
+        "--overlay", action="store_true",
+        help="simulate the run's program.json and draw it under the measurement: with the cost flags if any "
+        "is given, else with --costs (a cost model or a calibration), else calibrated from the run itself",
+    )
+    plot.add_argument("--dpi", type=positive_int, default=150, help="image resolution (default 150)")
+    plot.set_defaults(handle=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Handle `sim plot`; returns the exit code."""
+    try:
+        for path in draw(PlotOptions.from_args(args)):
+            print(path)
+    except (ScheduleError, ValueError, OSError) as exc:
+        return fail("plot", one_line(exc))
+    return 0
+
+
+def draw(options: PlotOptions) -> list[Path]:
+    """Draw what `options` ask for; returns the files written."""
+    if options.run is not None:
+        return draw_run(options)
+    if options.step is not None or options.warmup or options.overlay:
+        raise ScheduleError("--step, --warmup and --overlay apply to a measured run (--run DIR)")
+    if options.compare is not None and options.trace:
+        raise ScheduleError("--trace writes one timeline: use it with --schedule or --run, not --compare")
+    from ..plot import plot_compare, plot_timeline  # matplotlib loads only for the commands that draw
+    from ..plot.style import MEMORY_UNIT_LABEL, MEMORY_UNIT_NOTE
+    from ..plot.trace import write_trace
+
+    costs = cost_source(options.costs, options.overrides)
+    note = costs.describe() + (f"\n{MEMORY_UNIT_NOTE}" if options.memory else "")
+    if options.compare is not None:
+        results = sweep.simulate_each(options.compare, options.ranks, options.microbatches, options.chunks, costs)
+        plot_compare(
+            {name: r.timeline for name, r in results.items()},
+            memories={name: r.memory for name, r in results.items()} if options.memory else None,
+            unit_bytes={name: r.activation_unit_bytes for name, r in results.items()},
+            unit_label=MEMORY_UNIT_LABEL, comm=options.comm, note=note, path=options.output, dpi=options.dpi,
+        )
+        return [options.output]
+    # One named schedule: an explicit --chunks it cannot take is an error, not ignored.
+    schedule = build(options.schedule, ranks=options.ranks, microbatches=options.microbatches, chunks=options.chunks)
+    result = simulate(schedule, costs.for_stages(schedule.num_stages))
+    plot_timeline(result.timeline, result.memory if options.memory else None, name=options.schedule,
+                  comm=options.comm, unit_bytes=result.activation_unit_bytes, unit_label=MEMORY_UNIT_LABEL,
+                  note=note, path=options.output, dpi=options.dpi)
+    if options.trace:
+        write_trace(options.trace, result.timeline, result.memory, name=options.schedule)
+        return [options.output, options.trace]
+    return [options.output]
+
+
+def draw_run(options: PlotOptions) -> list[Path]:
+    """A measured run's step, or (--overlay) the run beside the simulation of its own program."""
+    from ..plot import plot_overlay, plot_timeline
+    from ..plot.trace import write_trace
+
+    run = read_run(options.run)
+    if options.overlay:
+        simulated = simulate(run.program, run_costs(options.costs, options.overrides, run))
+        plot_overlay(run.timeline, simulated.timeline, name=run.name, step=options.step, warmup=options.warmup,
+                     path=options.output, dpi=options.dpi)
+    else:
+        plot_timeline(run.timeline, run.memory if options.memory else None, name=run.name, step=options.step,
+                      warmup=options.warmup, comm=options.comm, path=options.output, dpi=options.dpi)
+    if options.trace:
+        write_trace(options.trace, run.timeline, run.memory, step=options.step, warmup=options.warmup, name=run.name)
+        return [options.output, options.trace]
+    return [options.output]
