@@ -498,7 +498,7 @@ class _Runner:
                 if recv is None:
                     x = mailbox.pop(a)
                 else:
-                    transport.wait(recv.work, recv.label, recv.peer)
+                    transport.consume(recv.work, recv.label, recv.peer)
                     ends[recv.row] = stamp()
                     x = recv.buffer
             before[i] = meter.bytes
@@ -517,8 +517,7 @@ class _Runner:
             after[i] = meter.bytes
             if cuda_after is not None:
                 cuda_after[i] = torch.cuda.memory_allocated(device)
-        for work, _, peer, text in sends:
-            transport.wait(work, text, peer)
+        transport.settle([(work, text, peer) for work, _, peer, text in sends])
         if mailbox or pending:
             left = sorted(str(k) for k in (*mailbox, *pending))
             raise RuntimeError(f"rank {self.rank}: step ended with undelivered transfers {left}")
