@@ -579,6 +579,8 @@ class _Runner:
                 if s in self.local
             },
             "params": {s: sum(p.numel() for p in st.params) for s, st in self.stages.items()},
+            "param_bytes": {s: sum(p.numel() * p.element_size() for p in st.params) for s, st in self.stages.items()},
+            "batch_bytes": self.plan.model.inputs.nbytes + self.plan.model.targets.nbytes,
             "check": check,
         }
 

@@ -96,6 +96,7 @@ def summarize(plan, payloads: list[dict[str, Any]], backend: str, device: torch.
             "chunk": schedule.chunk_of(s),
             "layers": [layers.start, layers.stop],
             "params": owner["params"][s],
+            "param_bytes": owner["param_bytes"][s],
             "output_bytes_per_microbatch": owner["boundaries"].get(s),
         }
         entry.update(
@@ -125,6 +126,7 @@ def summarize(plan, payloads: list[dict[str, Any]], backend: str, device: torch.
         "bubble_ratio_rank_span": median(m["bubble_ratio_rank_span"] for m in metrics),
         "peak_activation_bytes": [p["peak_bytes"] for p in payloads],
         "peak_cuda_allocated_bytes": [p["peak_cuda_bytes"] for p in payloads] if device.type == "cuda" else None,
+        "batch_bytes": payloads[0]["batch_bytes"],  # inputs and targets, held on every rank
         "loss": loss,
         "stage_costs": stages,
         "backend": backend,
