@@ -29,10 +29,12 @@ executor keeps for its transfers. Per rank, in bytes:
 Sizes of transfers come from the cost model's ``p2p_activation_bytes`` and
 ``p2p_gradient_bytes`` (per boundary). Within an action, what it frees at its end goes
 before what it produces there (autograd frees saved tensors as backward proceeds, and
-the input gradient comes last). Not counted: temporaries inside an action (autograd's
-intermediate gradients, kernel workspaces), allocator rounding, and receives that the
-NCCL transport posts earlier than their own place to keep a sender's order (only the V
-placement's schedules receive out of send order). Memory on one rank depends only on its
+the input gradient comes last). Not counted: temporaries inside an action (a backward's
+working set: autograd's intermediate gradients, and each new weight gradient before it is
+added to the one in .grad; measured on the CPU for an mlp, bench/device_memory_cpu.py, it is
+one layer's parameters plus up to two boundary tensors), library workspaces (cuBLAS),
+allocator rounding, and receives that the NCCL transport posts earlier than their own place
+to keep a sender's order (only the V placement's schedules receive out of send order). Memory on one rank depends only on its
 own order of actions, not on timing, so walking the stream gives the simulator's peak.
 """
 
