@@ -154,7 +154,7 @@ class Transport:
         """Make a posted receive's buffer usable by what runs next: on NCCL the current stream
         waits for it (the host goes on; `settle` checks it), elsewhere the host waits."""
         if self.stream_ordered:
-            work.wait()
+            self._stream_wait(work, waiting_on, peer)
             self._consumed.append((work, waiting_on, peer))
         else:
             self.wait(work, waiting_on, peer)
@@ -169,14 +169,30 @@ class Transport:
         works, self._consumed = [*sends, *self._consumed], []
         deadline = time.monotonic() + self.timeout
         for work, waiting_on, peer in works:
-            while not work.is_completed():
+            while not self._completed(work, waiting_on, peer):
                 if time.monotonic() > deadline:
                     raise PeerError(
                         f"rank {self.rank}: gave up on {waiting_on} (peer rank {peer}): nothing arrived "
                         f"within the {self.timeout:g} s timeout (peer stopped or hung)"
                     )
                 time.sleep(0)
-            work.wait()  # raises what the transfer failed with, if it did
+            self._stream_wait(work, waiting_on, peer)  # raises what the transfer failed with, if it did
+
+    def _stream_wait(self, work: dist.Work, waiting_on: str, peer: int) -> None:
+        try:
+            work.wait()
+        except RuntimeError as exc:
+            raise PeerError(
+                f"rank {self.rank}: gave up on {waiting_on} (peer rank {peer}): {reason(exc, peer, self.timeout)}"
+            ) from None
+
+    def _completed(self, work: dist.Work, waiting_on: str, peer: int) -> bool:
+        try:
+            return work.is_completed()
+        except RuntimeError as exc:
+            raise PeerError(
+                f"rank {self.rank}: gave up on {waiting_on} (peer rank {peer}): {reason(exc, peer, self.timeout)}"
+            ) from None
 
     def send_meta(self, meta: Tensor, dst: int, waiting_on: str) -> None:
         self.wait(self._isend(meta, dst, self._meta_tag), waiting_on, dst)

@@ -70,6 +70,24 @@ def test_nccl_settle_names_a_transfer_that_never_completes():
     assert time.monotonic() - start < 5
 
 
+class BrokenWork(FakeWork):
+    """A transfer whose communicator failed: NCCL raises from wait and is_completed."""
+
+    def wait(self, timeout=None) -> bool:
+        raise RuntimeError("NCCL communicator was aborted on rank 2: remote process exited or there was a network error")
+
+    def is_completed(self) -> bool:
+        raise RuntimeError("NCCL error: unhandled system error, NCCL version 2.21.5: connection closed by peer")
+
+
+def test_nccl_failures_become_one_line_peer_errors():
+    t = transport(stream_ordered=True)
+    with pytest.raises(PeerError, match=r"rank 3: gave up on 1RECV_F0 \(peer rank 2\): NCCL communicator was aborted"):
+        t.consume(BrokenWork(polls=0), "1RECV_F0", 2)
+    with pytest.raises(PeerError, match=r"gave up on 0SEND_F1 \(peer rank 4\): rank 4 closed the connection"):
+        t.settle([(BrokenWork(polls=0), "0SEND_F1", 4)])
+
+
 def test_gloo_waits_on_the_host_with_the_timeout():
     t = transport(stream_ordered=False)
     recv, send = FakeWork(polls=0), FakeWork(polls=0)
