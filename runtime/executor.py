@@ -5,7 +5,8 @@ Per action:
 
 - RECV posts a non-blocking receive; the compute action that consumes it waits for it
   (the lowering puts each RECV right before its consumer, so the RECV's row in the
-  timeline is the time the rank waited for the data). With `post_ahead` k > 0 the
+  timeline is the time the rank waited for the data; on NCCL the GPU stream waits, not
+  the host, and the step's end checks every transfer against the timeout). With `post_ahead` k > 0 the
   receive is posted k compute actions earlier than its RECV (at most k more receive
   buffers per rank), so the transfer can land while the rank computes; with "step"
   every receive of the step is posted at its start (one buffer per incoming transfer
