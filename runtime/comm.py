@@ -21,6 +21,8 @@ and whose isend/irecv calls take the same lock (gloo/transport/tcp/pair.cc).
 from __future__ import annotations
 
 import datetime
+import time
+
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -67,6 +69,12 @@ class Transport:
         # Above every transfer's tag, so shape messages never match a transfer.
         self._meta_tag = transfer_count(program.schedule.num_stages, self._m)
         self._groups: dict[tuple[int, int], dist.ProcessGroup | None] = {}
+        # On NCCL a wait with a timeout blocks the calling thread until the transfer is done,
+        # polling every millisecond (ProcessGroupNCCL's WorkNCCL::wait); a wait without one
+        # only makes the current CUDA stream wait. So receives are consumed stream-ordered
+        # there and checked against the timeout at the step's end (`settle`).
+        self.stream_ordered = dist.get_backend() == "nccl"
+        self._consumed: list[tuple[dist.Work, str, int]] = []
         # new_group is collective over the world: every rank creates every group, in order.
         for pair in directed_pairs(program):
             group = dist.new_group(list(pair))
@@ -110,6 +118,50 @@ class Transport:
             work.wait(timeout=self._delta)
         except RuntimeError as exc:  # DistBackendError and gloo's errors are RuntimeErrors
             raise self._peer_error(exc, waiting_on, peer) from None
+
+    def consume(self, work: dist.Work, waiting_on: str, peer: int) -> None:
+        """Make a posted receive's buffer usable by what runs next: on NCCL the current stream
+        waits for it (the host goes on; `settle` checks it), elsewhere the host waits."""
+        if self.stream_ordered:
+            self._stream_wait(work, waiting_on, peer)
+            self._consumed.append((work, waiting_on, peer))
+        else:
+            self.wait(work, waiting_on, peer)
+
+    def settle(self, sends: list[tuple[dist.Work, str, int]]) -> None:
+        """At a step's end: complete `sends` (work, what, peer) and every receive consumed
+        stream-ordered, within the timeout, or raise PeerError naming the first one left."""
+        if not self.stream_ordered:
+            for work, waiting_on, peer in sends:
+                self.wait(work, waiting_on, peer)
+            return
+        works, self._consumed = [*sends, *self._consumed], []
+        deadline = time.monotonic() + self.timeout
+        for work, waiting_on, peer in works:
+            while not self._completed(work, waiting_on, peer):
+                if time.monotonic() > deadline:
+                    raise PeerError(
+                        f"rank {self.rank}: gave up on {waiting_on} (peer rank {peer}): nothing arrived "
+                        f"within the {self.timeout:g} s timeout (peer stopped or hung)"
+                    )
+                time.sleep(0)
+            self._stream_wait(work, waiting_on, peer)  # raises what the transfer failed with, if it did
+
+    def _stream_wait(self, work: dist.Work, waiting_on: str, peer: int) -> None:
+        try:
+            work.wait()
+        except RuntimeError as exc:
+            raise PeerError(
+                f"rank {self.rank}: gave up on {waiting_on} (peer rank {peer}): {reason(exc, peer, self.timeout)}"
+            ) from None
+
+    def _completed(self, work: dist.Work, waiting_on: str, peer: int) -> bool:
+        try:
+            return work.is_completed()
+        except RuntimeError as exc:
+            raise PeerError(
+                f"rank {self.rank}: gave up on {waiting_on} (peer rank {peer}): {reason(exc, peer, self.timeout)}"
+            ) from None
 
     def send_meta(self, meta: Tensor, dst: int, waiting_on: str) -> None:
         self.wait(self._isend(meta, dst, self._meta_tag), waiting_on, dst)

@@ -5,7 +5,8 @@ Per action:
 
 - RECV posts a non-blocking receive; the compute action that consumes it waits for it
   (the lowering puts each RECV right before its consumer, so the RECV's row in the
-  timeline is the time the rank waited for the data). With `post_ahead` k > 0 the
+  timeline is the time the rank waited for the data; on NCCL the GPU stream waits, not
+  the host, and the step's end checks every transfer against the timeout). With `post_ahead` k > 0 the
   receive is posted k compute actions earlier than its RECV (at most k more receive
   buffers per rank), so the transfer can land while the rank computes; with "step"
   every receive of the step is posted at its start (one buffer per incoming transfer
@@ -535,7 +536,7 @@ class _RankState:
                 if recv is None:
                     x = mailbox.pop(op.consumes)
                 else:
-                    transport.wait(recv.work, recv.receive.label, recv.receive.peer)
+                    transport.consume(recv.work, recv.receive.label, recv.receive.peer)
                     ends[recv.receive.recv_position] = stamp()
                     x = recv.buffer
             before[i] = meter.bytes
@@ -555,8 +556,7 @@ class _RankState:
             after[i] = meter.bytes
             if cuda_after is not None:
                 cuda_after[i] = torch.cuda.memory_allocated(device)
-        for work, _, peer, text in sends:
-            transport.wait(work, text, peer)
+        transport.settle([(work, text, peer) for work, _, peer, text in sends])
         if mailbox or pending:
             left = sorted(str(k) for k in (*mailbox, *pending))
             raise RuntimeError(f"rank {self.rank}: step ended with undelivered transfers {left}")
@@ -618,6 +618,8 @@ class _RankState:
                 if s in self.local
             },
             "params": {s: sum(p.numel() for p in st.params) for s, st in self.stages.items()},
+            "param_bytes": {s: sum(p.numel() * p.element_size() for p in st.params) for s, st in self.stages.items()},
+            "batch_bytes": self.plan.model.inputs.nbytes + self.plan.model.targets.nbytes,
             "check": check,
         }
 

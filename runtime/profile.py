@@ -100,7 +100,9 @@ def _boundary_input(model: PipelineModel, inputs: torch.Tensor) -> torch.Tensor:
 def _profile_stage(model, layers, first, last, x, targets, rows, device, split, repeats, warmup) -> dict:
     module = model.stage_module(layers, first, last).to(device)
     # As in the executor: parameters and the batch are not activations, a received input is.
-    meter = SavedTensorMeter([*module.parameters(), model.inputs, model.targets])
+    # On a GPU the batch here is a device copy (.to() returns the CPU tensor itself on CPU).
+    batch = [x, targets] if first else [targets]
+    meter = SavedTensorMeter([*module.parameters(), model.inputs, model.targets, *batch])
     stage = Stage(
         0 if first else 1, module, meter,
         loss=model.loss if last else None,

@@ -71,6 +71,7 @@ def gather(plan, payloads: list[dict[str, Any]], backend: str, device: torch.dev
             "chunk": schedule.chunk_of(s),
             "layers": [layers.start, layers.stop],
             "params": owner["params"][s],
+            "param_bytes": owner["param_bytes"][s],
             "output_bytes_per_microbatch": owner["boundaries"].get(s),
         }
         entry.update(
@@ -100,6 +101,7 @@ def gather(plan, payloads: list[dict[str, Any]], backend: str, device: torch.dev
         "bubble_ratio_rank_span": median(metrics["bubble_ratio_rank_span"]),
         "peak_activation_bytes": [p["peak_bytes"] for p in payloads],
         "peak_cuda_allocated_bytes": [p["peak_cuda_bytes"] for p in payloads] if device.type == "cuda" else None,
+        "batch_bytes": payloads[0]["batch_bytes"],  # inputs and targets, held on every rank
         "loss": loss,
         "stage_costs": stages,
         "backend": backend,

@@ -98,6 +98,11 @@ def configurations(p: int) -> list[dict]:
             {"schedule": "zbv", "m": 4, "model": "mlp", "post_ahead": "step", "transport": "ordered"},
             {"schedule": "zb-h2", "m": 5, "model": "gpt", "post_ahead": "auto"},
         ]
+    elif p == 1:  # one rank, several stages: what a single GPU can run (batch 3)
+        configs += [
+            {"schedule": "interleaved", "m": 3, "chunks": 3, "model": "gpt", "steps": 2},
+            {"schedule": "looped-bfs", "m": 3, "chunks": 3, "model": "mlp"},
+        ]
     else:
         configs += [
             {"schedule": "1f1b", "m": 9, "model": "gpt", "post_ahead": 1},
@@ -231,7 +236,7 @@ def _run_group(world: int, configs: list[dict], out: str) -> list[dict]:
         return json.load(f)
 
 
-@pytest.fixture(scope="module", params=[2, 4], ids=["p2", "p4"])
+@pytest.fixture(scope="module", params=[1, 2, 4], ids=["p1", "p2", "p4"])
 def matrix(request, tmp_path_factory):
     p = request.param
     configs = configurations(p)
