@@ -10,9 +10,9 @@ backward at the step start and after every compute action; on GPU, cuda_memory.c
 Metrics follow the simulator's definitions (sim/result.py), per measured step, then
 the median over steps: makespan T is the latest end of any action of the step (all
 ranks' clocks start at the aligned step start), busy_r is rank r's summed F/B/I/W time,
-``bubble_ratio = sum_r (T - busy_r) / (p T)`` and ``bubble_ratio_rank_span =
-sum_r (span_r - busy_r) / sum_r span_r`` with span_r from rank r's first compute
-start to its last compute end.
+``bubble_ratio = sum_r (T - busy_r) / (p T)`` and the zero-bubble paper's
+``bubble_ratio_rank_span = (max_r span_r - max_r busy_r) / max_r span_r`` with span_r
+from rank r's first compute start to its last compute end (schedules.timeline).
 """
 
 from __future__ import annotations
@@ -59,13 +59,13 @@ def step_metrics(timeline, ranks: int) -> list[dict[str, float]]:
         busy = durations.groupby(compute["rank"]).sum()
         total_busy = float(busy.sum())
         span = compute.groupby("rank").agg(first=("start", "min"), last=("end", "max"))
-        spans = float((span["last"] - span["first"]).sum())
+        spans = (span["last"] - span["first"]).tolist()
         metrics.append(
             {
                 "step": int(step),
                 "makespan": makespan,
                 "bubble_ratio": bubble_ratio(ranks, makespan, total_busy),
-                "bubble_ratio_rank_span": bubble_ratio_rank_span(spans, total_busy),
+                "bubble_ratio_rank_span": bubble_ratio_rank_span(spans, busy.tolist()),
             }
         )
     return metrics

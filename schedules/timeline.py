@@ -101,9 +101,19 @@ def bubble_ratio(ranks: int, makespan: float, busy: float) -> float:
     return (box - busy) / box if box > 0 else 0.0
 
 
-def bubble_ratio_rank_span(spans: float, busy: float) -> float:
-    """Idle time inside each rank's own span (first to last compute) over the sum of spans.
+def bubble_ratio_rank_span(spans, busy) -> float:
+    """The zero-bubble paper's bubble rate: (cost - ideal) / cost (Qi et al., ICLR 2024, Sec. 5.3).
 
-    `spans` and `busy` are summed over ranks; 0 when the spans are 0 (Qi et al. 2024).
+    `spans` and `busy` hold one value per rank: the time from the rank's first compute start
+    to its last compute end, and its summed compute time. cost is the longest span (the
+    paper's "largest execution time of all stages"); ideal is the busiest rank's compute time
+    (the paper's m(T_F + T_B + T_W), which every rank has when stages are uniform). 0 when
+    every span is 0.
     """
-    return (spans - busy) / spans if spans > 0 else 0.0
+    cost = max(spans, default=0.0)
+    return (cost - max(busy, default=0.0)) / cost if cost > 0 else 0.0
+
+
+def rank_span_bubbles(spans, busy) -> list[float]:
+    """Per rank, idle time inside its own span over that span (0 for an empty span)."""
+    return [(s - b) / s if s > 0 else 0.0 for s, b in zip(spans, busy)]

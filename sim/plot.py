@@ -34,7 +34,7 @@ def rows_height(ranks: int, per_row: float = 0.32) -> float:
 def _title(name: str, summary, step: int | None = None) -> str:
     parts = [name] if name else []
     parts.append(f"p={summary.ranks}, m={summary.microbatches}, v={summary.chunks}")
-    parts.append(f"bubble {100 * summary.bubble_ratio:.1f}%")
+    parts.append(f"bubble {100 * summary.bubble_ratio:.1f}% (rank span {100 * summary.bubble_ratio_rank_span:.1f}%)")
     if step is not None:
         parts.append(f"step {step}")
     return "  ·  ".join(parts)

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from schedules import ScheduleError
-from schedules.timeline import TIMELINE_COLUMNS, missing_columns
+from schedules.timeline import TIMELINE_COLUMNS, bubble_ratio_rank_span, missing_columns
 
 COMPUTE_KINDS = ("F", "B", "I", "W")
 COMM_KINDS = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
@@ -68,13 +68,15 @@ class StepSummary:
     chunks: int
     makespan: float
     bubble_ratio: float
+    bubble_ratio_rank_span: float  # the zero-bubble paper's rate, schedules.timeline
 
 
 def summarize(step_timeline: pd.DataFrame, ranks: int | None = None) -> StepSummary:
     """Sizes (p, m, v), makespan and bubble ratio of one step's timeline.
 
     bubble ratio = idle compute time / (p * makespan), the GPipe / zero-bubble definition,
-    with makespan the latest end of any action and busy time the summed compute durations.
+    with makespan the latest end of any action and busy time the summed compute durations;
+    bubble_ratio_rank_span is the zero-bubble paper's rate over the longest rank span.
     """
     check_timeline(step_timeline)
     p = int(step_timeline["rank"].max()) + 1 if ranks is None else ranks
@@ -82,12 +84,16 @@ def summarize(step_timeline: pd.DataFrame, ranks: int | None = None) -> StepSumm
     makespan = float(step_timeline["end"].max())
     busy = float((compute["end"] - compute["start"]).sum())
     bubble = 1.0 - busy / (p * makespan) if makespan > 0 else 0.0
+    by_rank = compute.groupby("rank")
+    spans = (by_rank["end"].max() - by_rank["start"].min()).tolist()
+    busy_per_rank = (compute["end"] - compute["start"]).groupby(compute["rank"]).sum().tolist()
     return StepSummary(
         ranks=p,
         microbatches=int(step_timeline["microbatch"].max()) + 1,
         chunks=int(step_timeline["chunk"].max()) + 1,
         makespan=makespan,
         bubble_ratio=bubble,
+        bubble_ratio_rank_span=bubble_ratio_rank_span(spans, busy_per_rank),
     )
 
 
