@@ -15,7 +15,7 @@ from .schedule import Program, Schedule
 from .validate import validate
 
 # Generator modules register themselves on import; one module per schedule.
-from . import gpipe, one_f_one_b, interleaved, zb_h1, zb_h2, zbv, looped_bfs, dualpipev  # noqa: E402,F401  isort: skip
+from . import gpipe, one_f_one_b, interleaved, zb_h1, zb_h2, zbv, looped_bfs, dualpipev, zb_auto  # noqa: E402,F401  isort: skip
 
 __all__ = [
     "Action",
