@@ -17,7 +17,8 @@ schedule, the median step time, the ratio of medians to 1f1b with a paired boots
 interval (steps of one round resampled together) and the interquartile range of the
 per-round ratios, which is how "beyond noise" is judged; the per-rank busy time (summed
 F/B/I/W of a step) and the bubble ratios of the measured timelines; and the peak
-activation bytes per rank from the executor's meter.
+activation bytes per rank from the executor's meter. Each zb-auto plan is also compared,
+the same way, with the handcrafted order of the same memory (zb-h1, zb-h2).
 
 Part 2 (split overhead): in this one process, no pipeline, for each stage of the p=2
 partition it runs the stage's microbatches as F then B on one copy of the stage, and as F
@@ -49,6 +50,7 @@ import torch.multiprocessing as mp
 SCHEDULES = ("1f1b", "zb-h1", "zb-h2", "zbv", "dualpipev", "zb-auto-1p", "zb-auto-2p")
 # zb-auto at the memory of a handcrafted order: microbatches in flight (F done, W not) per rank.
 AUTO_LIMITS = {"zb-auto-1p": lambda p: p, "zb-auto-2p": lambda p: 2 * p - 1}
+SAME_MEMORY = {"zb-auto-1p": "zb-h1", "zb-auto-2p": "zb-h2"}  # the handcrafted order each is compared with
 RANKS = 2
 BOOTSTRAP = 2000
 
@@ -357,6 +359,15 @@ def print_tables(args: argparse.Namespace, rows: list[Row], split_rows: list[Spl
         peak = " / ".join(f"{b:,}" for b in row.peak_activation_bytes)
         print(f"| {row.schedule} | {step * 1e3:.1f} | {ratio} | {ci} | {iqr} | {busy} | "
               f"{row.bubble_ratio:.3f} | {row.bubble_ratio_rank_span:.3f} | {peak} |")
+    by_name = {row.schedule: row for row in rows}
+    pairs = [(auto, hand) for auto, hand in SAME_MEMORY.items() if auto in by_name and hand in by_name]
+    if pairs:
+        print()
+        print("| zb-auto | against, same memory | ratio of medians | 95% CI (bootstrap) | per-step ratio IQR |")
+        print("|---|---|---|---|---|")
+        for auto, hand in pairs:
+            value, lo, hi, q1, q3 = ratio_stats(by_name[auto].step_times, by_name[hand].step_times, rng)
+            print(f"| {auto} | {hand} | {value:.3f} | {lo:.3f}–{hi:.3f} | {q1:.3f}–{q3:.3f} |")
     costs = measured_costs(args, split_rows)
     planned = [name for name in programs if name in AUTO_LIMITS]
     if planned:

@@ -76,6 +76,12 @@ def test_tiny_run_prints_both_tables():
         assert 0.0 <= float(cells[5]) < 1.0  # bubble ratio
         assert all(int(b.replace(",", "")) > 0 for b in cells[7].split(" / "))  # peak bytes, both ranks
     assert "- zb-auto-1p (K=2): " in done.stdout and "- zb-auto-2p (K=3): " in done.stdout
+    same_memory = table(done.stdout, "zb-auto")
+    assert {k: v[0] for k, v in same_memory.items()} == {"zb-auto-1p": "zb-h1", "zb-auto-2p": "zb-h2"}
+    for auto, (hand, ratio, ci, _) in same_memory.items():
+        assert float(ratio) == pytest.approx(float(pipeline[auto][0]) / float(pipeline[hand][0]), rel=0.02, abs=0.002)
+        lo, hi = (float(x) for x in ci.split("–"))
+        assert lo <= float(ratio) <= hi
     split = table(done.stdout, "stage")
     assert list(split) == ["0", "1"]
     for cells in split.values():
