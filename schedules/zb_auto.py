@@ -104,7 +104,7 @@ class AutoCosts:
                    (1.0,) * stages, (weight_memory,) * stages)
 
     def footprint(self, stage: int) -> float:
-        """Units a forward of `stage` reserves: its most at any time until its W."""
+        """The most units one microbatch of `stage` holds at once (from its F to its W)."""
         return max(self.activation[stage], self.weight_memory[stage])
 
 
