@@ -50,7 +50,7 @@ from typing import Callable
 from .errors import ScheduleError
 from .ir import Action, Kind
 from .placement import looped
-from .registry import register
+from .registry import generator, register
 from .schedule import Schedule
 
 _EPS = 1e-9  # relative slack on memory comparisons (sums of fractional units)
@@ -365,7 +365,11 @@ def plan(
     evaluate: Callable[[Schedule], float] | None = None,
     max_evaluations: int = 200,
 ) -> Plan:
-    """The best order found (module docstring); `evaluate` scores a schedule, lower is better."""
+    """The best order found (module docstring); `evaluate` scores a schedule, lower is better.
+
+    The grid and the handcrafted orders are always scored; the local search then runs while
+    fewer than `max_evaluations` schedules have been scored in all.
+    """
     p, m = ranks, microbatches
     _check_sizes(p, m, costs, memory_limit)
     grid = []
@@ -438,8 +442,6 @@ def _moves(policy: Policy) -> list[Policy]:
 
 def _handcrafted(name: str, p: int, m: int, costs: AutoCosts, memory_limit: float) -> Plan | None:
     """ZB-H1 or ZB-H2 as a candidate, renamed, if it fits the memory limit."""
-    from .registry import generator
-
     order = generator(name).make(p, m, 1).order
     schedule = Schedule("zb-auto", p, m, 1, looped(p, 1), order)
     if max(peak_memory(schedule, costs)) > memory_limit * (1 + _EPS) + _EPS:
