@@ -3,16 +3,22 @@
     python bench/zero_bubble_vs_1f1b.py --layers 8 --hidden 256 --heads 8 --seq-len 64 --vocab 512 \\
         --batch-size 16 --microbatches 8
 
+Part 2 runs first (below): its per-stage F, I and W times, per microbatch, are the costs
+zb-auto plans with (sim.zb_search.auto_schedule, simulated makespan, no transfer time),
+at the memory of zb-h1 (zb-auto-1p: K = p microbatches in flight) and of zb-h2
+(zb-auto-2p: K = 2p-1), each microbatch counted whole until its W.
+
 Part 1 (pipeline): spawns two ranks (gloo on CPU, one thread each) and builds, in one
-process group, a `Session` for each of 1f1b, zb-h1, zb-h2 and zbv on identical copies of
-the same `gpt` model and batch. It alternates single steps of the sessions, rotating their
+process group, a `Session` for each of 1f1b, zb-h1, zb-h2, zbv, dualpipev and the two
+zb-auto plans on identical copies of the same `gpt` model and batch. It alternates single steps of the sessions, rotating their
 order so that none always runs first and all see the same machine load; each step is
 timed from a barrier before it to a barrier after it (rank 0's clock). It prints, per
 schedule, the median step time, the ratio of medians to 1f1b with a paired bootstrap 95%
 interval (steps of one round resampled together) and the interquartile range of the
 per-round ratios, which is how "beyond noise" is judged; the per-rank busy time (summed
 F/B/I/W of a step) and the bubble ratios of the measured timelines; and the peak
-activation bytes per rank from the executor's meter.
+activation bytes per rank from the executor's meter. Each zb-auto plan is also compared,
+the same way, with the handcrafted order of the same memory (zb-h1, zb-h2).
 
 Part 2 (split overhead): in this one process, no pipeline, for each stage of the p=2
 partition it runs the stage's microbatches as F then B on one copy of the stage, and as F
@@ -41,7 +47,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-SCHEDULES = ("1f1b", "zb-h1", "zb-h2", "zbv")
+SCHEDULES = ("1f1b", "zb-h1", "zb-h2", "zbv", "dualpipev", "zb-auto-1p", "zb-auto-2p")
+# zb-auto at the memory of a handcrafted order: microbatches in flight (F done, W not) per rank.
+AUTO_LIMITS = {"zb-auto-1p": lambda p: p, "zb-auto-2p": lambda p: 2 * p - 1}
+SAME_MEMORY = {"zb-auto-1p": "zb-h1", "zb-auto-2p": "zb-h2"}  # the handcrafted order each is compared with
 RANKS = 2
 BOOTSTRAP = 2000
 
@@ -74,7 +83,7 @@ def busy_per_rank(timeline, ranks: int) -> tuple[float, ...]:
     return tuple(float(per_step.xs(r, level="rank").median()) for r in range(ranks))
 
 
-def worker(rank: int, args: argparse.Namespace, port: int, results) -> None:
+def worker(rank: int, args: argparse.Namespace, programs: dict, port: int, results) -> None:
     """One rank of part 1; rank 0 puts the rows (or the error) on `results`."""
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(RANKS))
@@ -85,11 +94,7 @@ def worker(rank: int, args: argparse.Namespace, port: int, results) -> None:
 
         spec = spec_of(args)
         options = RunOptions(timeout=120.0)
-        sessions = {
-            name: Session(schedules.lower(schedules.build(name, ranks=RANKS, microbatches=args.microbatches)),
-                          build_model(spec), options)
-            for name in args.schedules
-        }
+        sessions = {name: Session(program, build_model(spec), options) for name, program in programs.items()}
         names = list(sessions)
         times: dict[str, list[float]] = {k: [] for k in names}
         for i in range(args.warmup + args.steps):
@@ -119,14 +124,14 @@ def worker(rank: int, args: argparse.Namespace, port: int, results) -> None:
         dist.destroy_process_group()
 
 
-def run_pipeline(args: argparse.Namespace) -> list[Row]:
+def run_pipeline(args: argparse.Namespace, programs: dict) -> list[Row]:
     """Part 1 on two spawned ranks; raises RuntimeError if a rank fails."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(r, args, port, results)) for r in range(RANKS)]
+    procs = [ctx.Process(target=worker, args=(r, args, programs, port, results)) for r in range(RANKS)]
     for proc in procs:
         proc.start()
     got = None
@@ -277,6 +282,36 @@ def run_split_overhead(args: argparse.Namespace) -> list[SplitRow]:
     return rows
 
 
+# ---------------------------------------------------------------- zb-auto
+
+AUTO = "zb-auto"
+
+
+def measured_costs(args: argparse.Namespace, split_rows: list[SplitRow]):
+    """Part 2's per-stage F, I, W medians, per microbatch, as a sim.CostModel (seconds)."""
+    from sim import CostModel
+
+    m = args.microbatches
+    return CostModel(forward=[r.f_split / m for r in split_rows], backward_input=[r.i / m for r in split_rows],
+                     backward_weight=[r.w / m for r in split_rows])
+
+
+def programs_for(args: argparse.Namespace, split_rows: list[SplitRow]) -> dict:
+    """The lowered program of every schedule, zb-auto planned on part 2's costs."""
+    import schedules
+    from sim.zb_search import auto_schedule
+
+    costs = measured_costs(args, split_rows)
+    programs = {}
+    for name in args.schedules:
+        if name in AUTO_LIMITS:
+            schedule = auto_schedule(costs, RANKS, args.microbatches, AUTO_LIMITS[name](RANKS))
+        else:
+            schedule = schedules.build(name, ranks=RANKS, microbatches=args.microbatches)
+        programs[name] = schedules.lower(schedule)
+    return programs
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -289,7 +324,7 @@ def check_args(args: argparse.Namespace) -> None:
     spec_of(args).check()
     microbatch_sizes(args.batch_size, args.microbatches)
     for name in args.schedules:
-        schedule = schedules.build(name, ranks=RANKS, microbatches=args.microbatches)
+        schedule = schedules.build(AUTO if name in AUTO_LIMITS else name, ranks=RANKS, microbatches=args.microbatches)
         partition(args.layers, schedule.num_stages)
     for value, flag in ((args.steps, "--steps"), (args.split_rounds, "--split-rounds")):
         if value < 1:
@@ -299,15 +334,16 @@ def check_args(args: argparse.Namespace) -> None:
             raise ValueError(f"{flag} must be 0 or more; got {value}")
 
 
-def print_tables(args: argparse.Namespace, rows: list[Row], split_rows: list[SplitRow], loads: list) -> None:
+def print_tables(args: argparse.Namespace, rows: list[Row], split_rows: list[SplitRow], loads: list,
+                 programs: dict) -> None:
     rng = random.Random(0)
     base = rows[0].step_times  # 1f1b always runs first in the list
     print()
     print(f"gpt --layers {args.layers} --hidden {args.hidden} --heads {args.heads} --seq-len {args.seq_len} "
           f"--vocab {args.vocab} --batch-size {args.batch_size}, p={RANKS}, m={args.microbatches}, gloo on CPU, "
           f"1 thread per rank, {args.steps} alternated steps each after {args.warmup} warm-up, torch {torch.__version__}; "
-          f"1-min load average {loads[0]:.2f} before the run (then {loads[1]:.2f} after part 1 and "
-          f"{loads[2]:.2f} after part 2, which count this bench's own processes)")
+          f"1-min load average {loads[0]:.2f} before the run (then {loads[1]:.2f} after part 2 and "
+          f"{loads[2]:.2f} after part 1, which count this bench's own processes)")
     print()
     print("| schedule | median step (ms) | ratio to 1f1b | 95% CI (bootstrap) | per-step ratio IQR | busy per rank (ms) "
           "| bubble ratio | rank-span bubble | peak activation bytes per rank |")
@@ -323,6 +359,26 @@ def print_tables(args: argparse.Namespace, rows: list[Row], split_rows: list[Spl
         peak = " / ".join(f"{b:,}" for b in row.peak_activation_bytes)
         print(f"| {row.schedule} | {step * 1e3:.1f} | {ratio} | {ci} | {iqr} | {busy} | "
               f"{row.bubble_ratio:.3f} | {row.bubble_ratio_rank_span:.3f} | {peak} |")
+    by_name = {row.schedule: row for row in rows}
+    pairs = [(auto, hand) for auto, hand in SAME_MEMORY.items() if auto in by_name and hand in by_name]
+    if pairs:
+        print()
+        print("| zb-auto | against, same memory | ratio of medians | 95% CI (bootstrap) | per-step ratio IQR |")
+        print("|---|---|---|---|---|")
+        for auto, hand in pairs:
+            value, lo, hi, q1, q3 = ratio_stats(by_name[auto].step_times, by_name[hand].step_times, rng)
+            print(f"| {auto} | {hand} | {value:.3f} | {lo:.3f}–{hi:.3f} | {q1:.3f}–{q3:.3f} |")
+    costs = measured_costs(args, split_rows)
+    planned = [name for name in programs if name in AUTO_LIMITS]
+    if planned:
+        print()
+        print("zb-auto planned on part 2's costs per microbatch, F " + " / ".join(f"{x * 1e3:.2f}" for x in costs.forward)
+              + " ms, I " + " / ".join(f"{x * 1e3:.2f}" for x in costs.backward_input)
+              + " ms, W " + " / ".join(f"{x * 1e3:.2f}" for x in costs.backward_weight) + " ms (stage 0 / 1):")
+        for name in planned:
+            schedule = programs[name].schedule
+            print(f"- {name} (K={AUTO_LIMITS[name](RANKS)}): "
+                  + "; ".join(" ".join(str(a) for a in row) for row in schedule.order))
     print()
     print(f"Split backward on one process (runtime.stage.Stage, stages of the p={RANKS} partition, all {args.microbatches} "
           f"microbatches per round, median of {args.split_rounds} alternated rounds after {args.split_warmup} warm-up):")
@@ -363,15 +419,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     loads = [os.getloadavg()[0]]
+    split_rows = run_split_overhead(args)
+    loads.append(os.getloadavg()[0])
+    programs = programs_for(args, split_rows)
     try:
-        rows = run_pipeline(args)
+        rows = run_pipeline(args, programs)
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     loads.append(os.getloadavg()[0])
-    split_rows = run_split_overhead(args)
-    loads.append(os.getloadavg()[0])
-    print_tables(args, rows, split_rows, loads)
+    print_tables(args, rows, split_rows, loads, programs)
     return 0
 
 

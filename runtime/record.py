@@ -8,8 +8,9 @@ backward at the step start and after every compute action; on GPU, cuda_memory.c
 (same schema) gives torch.cuda.memory_allocated after every compute action.
 
 Metrics are the simulator's, per measured step (schedules.timeline.step_metrics defines
-them for both), then the median over steps: makespan, bubble_ratio and
-bubble_ratio_rank_span.
+them for both), then the median over steps: makespan, bubble_ratio and the zero-bubble
+paper's bubble_ratio_rank_span (longest rank span minus the busiest rank's compute, over
+that span).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from .registry import available, generator, register
 from .schedule import Program, Schedule
 
 # Generator modules register themselves on import; one module per schedule.
-from . import gpipe, one_f_one_b, interleaved, zb_h1, zb_h2, zbv, looped_bfs  # noqa: E402,F401  isort: skip
+from . import gpipe, one_f_one_b, interleaved, zb_h1, zb_h2, zbv, looped_bfs, dualpipev, zb_auto  # noqa: E402,F401  isort: skip
 
 __all__ = [
     "Action",

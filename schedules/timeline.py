@@ -113,12 +113,22 @@ def bubble_ratio(ranks: int, makespan: float, busy: float) -> float:
     return (box - busy) / box if box > 0 else 0.0
 
 
-def bubble_ratio_rank_span(spans: float, busy: float) -> float:
-    """Idle time inside each rank's own span (first to last compute) over the sum of spans.
+def bubble_ratio_rank_span(spans, busy) -> float:
+    """The zero-bubble paper's bubble rate: (cost - ideal) / cost (Qi et al., ICLR 2024, Sec. 5.3).
 
-    `spans` and `busy` are summed over ranks; 0 when the spans are 0 (Qi et al. 2024).
+    `spans` and `busy` hold one value per rank: the time from the rank's first compute start
+    to its last compute end, and its summed compute time. cost is the longest span (the
+    paper's "largest execution time of all stages"); ideal is the busiest rank's compute time
+    (the paper's m(T_F + T_B + T_W), which every rank has when stages are uniform). 0 when
+    every span is 0.
     """
-    return (spans - busy) / spans if spans > 0 else 0.0
+    cost = max(spans, default=0.0)
+    return (cost - max(busy, default=0.0)) / cost if cost > 0 else 0.0
+
+
+def rank_span_bubbles(spans, busy) -> list[float]:
+    """Per rank, idle time inside its own span over that span (0 for an empty span)."""
+    return [(s - b) / s if s > 0 else 0.0 for s, b in zip(spans, busy)]
 
 
 def step_makespans(timeline):
@@ -129,24 +139,26 @@ def step_makespans(timeline):
 
 def step_metrics(timeline, ranks: int | None = None):
     """One row per step of a timeline (simulated or measured), in step order: step, makespan
-    (`step_makespans`), busy (compute seconds summed over ranks), span (each rank's first
-    compute start to last compute end, summed), bubble_ratio and bubble_ratio_rank_span (as
-    defined above). `ranks` defaults to the highest rank in the table plus one."""
+    (`step_makespans`), busy (compute seconds summed over ranks), span (the longest rank span:
+    a rank's first compute start to its last compute end), bubble_ratio and
+    bubble_ratio_rank_span (as defined above). `ranks` defaults to the highest rank in the
+    table plus one."""
     import pandas as pd
 
     p = int(timeline["rank"].max()) + 1 if ranks is None else ranks
     makespan = step_makespans(timeline)
     compute = timeline[timeline["kind"].isin(COMPUTE_NAMES)]
-    busy = (compute["end"] - compute["start"]).groupby(compute["step"]).sum()
-    ends = compute.groupby(["step", "rank"]).agg(first=("start", "min"), last=("end", "max"))
-    span = (ends["last"] - ends["first"]).groupby(level="step").sum()
-    busy = busy.reindex(makespan.index, fill_value=0.0).to_numpy(dtype=float)
-    span = span.reindex(makespan.index, fill_value=0.0).to_numpy(dtype=float)
-    return pd.DataFrame({
-        "step": makespan.index.to_numpy(dtype="int64"),
-        "makespan": makespan.to_numpy(dtype=float),
-        "busy": busy,
-        "span": span,
-        "bubble_ratio": [bubble_ratio(p, t, b) for t, b in zip(makespan.to_numpy(dtype=float), busy)],
-        "bubble_ratio_rank_span": [bubble_ratio_rank_span(sp, b) for sp, b in zip(span, busy)],
-    })
+    per_rank = compute.assign(duration=compute["end"] - compute["start"]).groupby(["step", "rank"]).agg(
+        first=("start", "min"), last=("end", "max"), busy=("duration", "sum"))
+    per_rank["span"] = per_rank["last"] - per_rank["first"]
+    rows = []
+    for step, t in zip(makespan.index, makespan.to_numpy(dtype=float)):
+        ranks_of_step = per_rank.loc[step] if step in per_rank.index.get_level_values("step") else None
+        spans = [] if ranks_of_step is None else ranks_of_step["span"].tolist()
+        busy = [] if ranks_of_step is None else ranks_of_step["busy"].tolist()
+        rows.append({
+            "step": int(step), "makespan": t, "busy": float(sum(busy)), "span": max(spans, default=0.0),
+            "bubble_ratio": bubble_ratio(p, t, float(sum(busy))),
+            "bubble_ratio_rank_span": bubble_ratio_rank_span(spans, busy),
+        })
+    return pd.DataFrame(rows, columns=["step", "makespan", "busy", "span", "bubble_ratio", "bubble_ratio_rank_span"])

@@ -52,6 +52,7 @@ class StepSummary:
     chunks: int
     makespan: float
     bubble_ratio: float
+    bubble_ratio_rank_span: float  # the zero-bubble paper's rate, schedules.timeline
 
 
 def step_summary(step_timeline: pd.DataFrame, ranks: int | None = None) -> StepSummary:
@@ -66,4 +67,5 @@ def step_summary(step_timeline: pd.DataFrame, ranks: int | None = None) -> StepS
         chunks=int(step_timeline["chunk"].max()) + 1,
         makespan=float(metrics.makespan),
         bubble_ratio=float(metrics.bubble_ratio),
+        bubble_ratio_rank_span=float(metrics.bubble_ratio_rank_span),
     )

@@ -10,17 +10,16 @@ of its F, B, I and W durations; transfers and receive waits are not compute):
   spent not computing (the GPipe / zero-bubble paper's definition);
 - ``bubble_fraction = sum_r idle_r / sum_r busy_r``: idle time relative to the ideal
   (bubble-free) compute time, as Megatron-LM states it ((p-1)/m for 1F1B);
-- ``bubble_ratio_rank_span = sum_r (span_r - busy_r) / sum_r span_r`` where span_r runs
-  from the start of rank r's first compute action to the end of its last one. It
-  leaves out the time before a rank's first compute (waiting for the pipeline to
-  fill) and after its last (waiting for the others to drain); the zero-bubble paper
-  (Qi et al., ICLR 2024) counts each stage's bubble this way: its closed forms stated
-  per rank span, such as ZB-H2's (p-1)(T_F+T_B-2T_W), are rank 0's ``span_idle``
-  (the largest).
-  ``span_idle[r] = span_r - busy_r`` per rank; ``span`` gives span_r.
-  bubble_ratio charges every rank for the whole makespan, so it is never smaller than
-  bubble_ratio_rank_span; they are equal only when every rank's span is the whole
-  makespan;
+- ``bubble_ratio_rank_span = (max_r span_r - max_r busy_r) / max_r span_r``, the
+  zero-bubble paper's bubble rate (Qi et al., ICLR 2024, Sec. 5.3: (cost - m(T_F+T_B+T_W))
+  / cost with cost the largest execution time of all stages), where span_r runs from the
+  start of rank r's first compute action to the end of its last one. It leaves out the
+  time before a rank's first compute (waiting for the pipeline to fill) and after its
+  last (waiting for the others to drain). ``rank_span_bubbles[r] = (span_r - busy_r) /
+  span_r`` per rank; ``span_idle[r] = span_r - busy_r``; ``span`` gives span_r. Closed
+  forms stated per rank span, such as ZB-H2's (p-1)(T_F+T_B-2T_W), are rank 0's
+  ``span_idle`` (the largest). It is never larger than bubble_ratio (max_r busy_r is at
+  least the mean busy time and max_r span_r at most the makespan);
 - ``peak_activation_bytes[r]``: the most activation bytes rank r holds at once;
   ``peak_activation[r]`` is the same in units of one microbatch's activations of one
   rank's share of the model (the sum of all stages' activation bytes divided by p), so
@@ -148,9 +147,18 @@ class SimResult:
 
     @property
     def bubble_ratio_rank_span(self) -> float:
-        """Idle time inside each rank's own span over the sum of spans (0 if spans are 0)."""
-        spans = sum(end - start for start, end in self.span_ns)
-        return schema.bubble_ratio_rank_span(spans, sum(self.busy_ns))
+        """The zero-bubble paper's bubble rate: longest rank span minus the busiest rank's
+        compute, over the longest span (0 if spans are 0)."""
+        return schema.bubble_ratio_rank_span(self._spans_ns, self.busy_ns)
+
+    @property
+    def rank_span_bubbles(self) -> list[float]:
+        """Per rank, idle time inside its own span over that span."""
+        return schema.rank_span_bubbles(self._spans_ns, self.busy_ns)
+
+    @property
+    def _spans_ns(self) -> list[int]:
+        return [end - start for start, end in self.span_ns]
 
     @property
     def peak_activation_bytes(self) -> list[int]:
@@ -193,6 +201,7 @@ class SimResult:
             "time_per_microbatch": self.time_per_microbatch,
             "bubble_ratio": self.bubble_ratio,
             "bubble_ratio_rank_span": self.bubble_ratio_rank_span,
+            "rank_span_bubbles": self.rank_span_bubbles,
             "bubble_fraction": self.bubble_fraction,
             "peak_activation": max(self.peak_activation),
             "peak_activation_per_rank": self.peak_activation,

@@ -63,10 +63,11 @@ def test_tiny_run_prints_both_tables():
     done = subprocess.run([sys.executable, str(SCRIPT), *TINY], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     pipeline = table(done.stdout, "schedule")
-    assert list(pipeline) == ["1f1b", "zb-h1", "zb-h2", "zbv"]
+    others = ["zb-h1", "zb-h2", "zbv", "dualpipev", "zb-auto-1p", "zb-auto-2p"]
+    assert list(pipeline) == ["1f1b", *others]
     assert pipeline["1f1b"][1] == "1 (base)"
     base = float(pipeline["1f1b"][0])
-    for name in ("zb-h1", "zb-h2", "zbv"):
+    for name in others:
         step, ratio, ci = float(pipeline[name][0]), float(pipeline[name][1]), pipeline[name][2]
         assert ratio == pytest.approx(step / base, rel=0.02, abs=0.002)  # printed medians are rounded
         lo, hi = (float(x) for x in ci.split("–"))
@@ -74,6 +75,13 @@ def test_tiny_run_prints_both_tables():
     for cells in pipeline.values():
         assert 0.0 <= float(cells[5]) < 1.0  # bubble ratio
         assert all(int(b.replace(",", "")) > 0 for b in cells[7].split(" / "))  # peak bytes, both ranks
+    assert "- zb-auto-1p (K=2): " in done.stdout and "- zb-auto-2p (K=3): " in done.stdout
+    same_memory = table(done.stdout, "zb-auto")
+    assert {k: v[0] for k, v in same_memory.items()} == {"zb-auto-1p": "zb-h1", "zb-auto-2p": "zb-h2"}
+    for auto, (hand, ratio, ci, _) in same_memory.items():
+        assert float(ratio) == pytest.approx(float(pipeline[auto][0]) / float(pipeline[hand][0]), rel=0.02, abs=0.002)
+        lo, hi = (float(x) for x in ci.split("–"))
+        assert lo <= float(ratio) <= hi
     split = table(done.stdout, "stage")
     assert list(split) == ["0", "1"]
     for cells in split.values():

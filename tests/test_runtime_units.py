@@ -261,7 +261,8 @@ def test_step_metrics_match_hand_computed_bubbles():
     busy = 1.0 + 2.0 + 0.8 + 1.0
     assert metrics["makespan"] == 5.0
     assert metrics["bubble_ratio"] == pytest.approx((2 * 5.0 - busy) / (2 * 5.0))
-    assert metrics["bubble_ratio_rank_span"] == pytest.approx((5.0 + 1.8 - busy) / (5.0 + 1.8))
+    # The paper's rate: rank 0 has the longest span (5.0), rank 0 the most compute (1.0 + 2.0).
+    assert metrics["bubble_ratio_rank_span"] == pytest.approx((5.0 - 3.0) / 5.0)
 
 
 def test_send_rows_end_when_the_matching_receive_ends():

@@ -30,7 +30,7 @@ def panel_title(name: str, summary: StepSummary, step: int | None = None) -> str
     """A panel's headline: name, sizes, bubble ratio (and the measured step shown)."""
     parts = [name] if name else []
     parts.append(f"p={summary.ranks}, m={summary.microbatches}, v={summary.chunks}")
-    parts.append(f"bubble {100 * summary.bubble_ratio:.1f}%")
+    parts.append(f"bubble {100 * summary.bubble_ratio:.1f}% (rank span {100 * summary.bubble_ratio_rank_span:.1f}%)")
     if step is not None:
         parts.append(f"step {step}")
     return "  ·  ".join(parts)
