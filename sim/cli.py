@@ -10,7 +10,7 @@ from typing import Sequence
 
 # Subcommand modules (each has add_parser(subparsers) setting func=handler, handler(args) -> int).
 # Optional ones are skipped while their module does not exist yet.
-REQUIRED = ("sim.compare_cli", "sim.sweep_cli", "sim.plot_cli", "sim.calibrate_cli")
+REQUIRED = ("sim.compare_cli", "sim.sweep_cli", "sim.plot_cli", "sim.calibrate_cli", "sim.plan_cli")
 OPTIONAL: tuple[str, ...] = ()
 
 
