@@ -429,7 +429,7 @@ def _nothing_fits(searcher: Searcher) -> str:
     least = min(searcher.candidates, key=lambda c: max(m.total for m in c.costs.ranks_memory))
     states = max(m.total for m in least.costs.ranks_memory)
     s = searcher.stats
-    return (f"nothing fits in {r.cap / 1e9:.1f} GB per GPU: the smallest model states and buffers of any "
+    return (f"nothing fits in {r.cap / 1e9:.3g} GB per GPU: the smallest model states and buffers of any "
             f"configuration ({least.config.describe()}) already take {states / 1e9:.1f} GB per GPU before "
             f"activations ({s.enumerated} configurations: {s.pruned_static} too big for any schedule, "
             f"{s.pruned_memory} too big with their schedule's activations, {s.refused} refused by their schedule)")
