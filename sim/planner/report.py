@@ -63,10 +63,11 @@ def format_table(plan: Plan) -> str:
 
 def summary_line(plan: Plan) -> str:
     s = plan.stats
-    return (f"{s.enumerated} configurations: {s.pruned_static} cannot fit under any schedule, "
-            f"{s.pruned_bound} pruned by the step-time bound, {s.pruned_memory} did not fit with their schedule, "
-            f"{s.refused} refused by their schedule, {s.simulated} simulations ({s.simulations_shared} shared); "
-            f"{s.builds} programs built in {s.build_seconds:.1f} s; {s.seconds:.1f} s in all")
+    return (f"{s.enumerated} configurations ({s.pruned_static} too big under any schedule); {s.visited} visited in "
+            f"order of their step-time bound, {s.pruned_bound} never (bound above the K-th step time); "
+            f"{s.pruned_memory} too big with their schedule's activations, {s.refused} refused by their schedule, "
+            f"{s.simulated} simulations ({s.simulations_shared} shared), {s.builds} programs built in "
+            f"{s.build_seconds:.1f} s; {s.seconds:.1f} s in all")
 
 
 def _gb(x: float) -> str:

@@ -149,6 +149,7 @@ class SearchStats:
     refused: int = 0
     pruned_memory: int = 0
     pruned_bound: int = 0
+    visited: int = 0
     simulated: int = 0
     simulations_shared: int = 0
     builds: int = 0
@@ -301,6 +302,7 @@ class Searcher:
             elif ev.rank_key() < ranked[0][1].rank_key():
                 heapq.heapreplace(ranked, entry)
         if count:
+            self.stats.visited = visited
             self.stats.pruned_bound = len(pool) - visited
         return sorted((e[1] for e in ranked), key=Evaluation.rank_key)
 
