@@ -148,11 +148,11 @@ def enumerate_configs(model: Transformer, gpus: int, gpus_per_node: int, global_
 
 def _chunk_values(name: str, p: int, layers: int, chunks: Sequence[int] | None) -> list[int]:
     """Stages per rank to try for schedule `name` at p ranks: its fixed count, or (for schedules
-    that take one) each requested value, by default DEFAULT_CHUNKS; every stage keeps a layer."""
+    that take one) each requested value, by default DEFAULT_CHUNKS; every stage keeps a layer.
+    `chunks` does not restrict schedules with a fixed count."""
     fixed = schedules.generator(name).chunks
     if fixed is not None:
-        usable = p * fixed <= layers and (fixed == 1 or p > 1)
-        return [fixed] if usable and (chunks is None or fixed in chunks) else []
+        return [fixed] if p * fixed <= layers and (fixed == 1 or p > 1) else []
     low = schedules.generator(name).min_chunks
     if chunks is not None:
         return [v for v in chunks if v >= low and p * v <= layers]

@@ -34,7 +34,7 @@ def plot_plan(plan: Plan, path: str | Path) -> None:
     cap = plan.request.cap
     if cap != float("inf"):
         ax.axvline(cap / GB, color="grey", linestyle="--", linewidth=1)
-        ax.text(cap / GB, ax.get_ylim()[1], " memory cap", va="top", ha="left", fontsize=8, color="grey")
+        ax.text(cap / GB, ax.get_ylim()[0], "memory cap ", va="bottom", ha="right", fontsize=8, color="grey")
     r = plan.request
     ax.set_xlabel("peak memory per GPU (GB)")
     ax.set_ylabel("step time (s)")

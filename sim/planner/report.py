@@ -53,12 +53,12 @@ def table(plan: Plan) -> pd.DataFrame:
 def format_table(plan: Plan) -> str:
     """The table for a terminal."""
     frame = table(plan)
+    frame["mfu"] = frame["mfu"].astype(float)
     formats = {
-        "step_time": "{:.3f}".format, "tokens_per_second": "{:,.0f}".format, "tflops_per_gpu": "{:.1f}".format,
-        "mfu": lambda x: "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}",
-        "bubble_ratio": "{:.3f}".format, "memory_gb": "{:.1f}".format,
+        "step_time": "{:.3f}".format, "tokens_per_second": "{:,.0f}".format, "tflops_per_gpu": "{:.4g}".format,
+        "mfu": "{:.3f}".format, "bubble_ratio": "{:.3f}".format, "memory_gb": "{:.3g}".format,
     }
-    return frame.to_string(index=False, formatters=formats)
+    return frame.to_string(index=False, formatters=formats, na_rep="-")
 
 
 def summary_line(plan: Plan) -> str:
