@@ -101,7 +101,7 @@ def add_parser(subparsers) -> None:
     fmt.add_argument("--csv", action="store_true", help="print the table as CSV")
     out.add_argument("--explain", action="store_true", help="explain the winner and the runner-up on each axis")
     out.add_argument("--emit", choices=("torchrun",), help="print the command that runs the winner")
-    out.add_argument("--figure", metavar="FILE.png", help="plot step time against memory of every simulated configuration")
+    out.add_argument("--figure", metavar="FILE.png", help="plot step time against memory of every simulated configuration (all that fit with --exhaustive)")
     out.add_argument("--exhaustive", action="store_true", help="simulate every configuration that fits (no bound pruning)")
     out.add_argument("--costs", metavar="CALIBRATION.json",
                      help="take costs from a calibration of an executor run (its gpt model, t = d = 1, p = --gpus)")
@@ -128,8 +128,6 @@ def request_from_args(args: argparse.Namespace) -> PlanRequest:
     overrides = load_overrides(args.cluster) if args.cluster else {}
     overrides.update(dict(args.set))
     cluster = make_cluster(args.gpu, args.gpus, args.gpus_per_node, overrides)
-    if args.gpus % args.gpus_per_node:
-        raise PlanError(f"{args.gpus} GPUs do not fill whole nodes of {args.gpus_per_node}")
     return PlanRequest(model, cluster, args.global_batch, space, top=args.top, memory_cap=cap,
                        exhaustive=args.exhaustive)
 

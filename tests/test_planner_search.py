@@ -148,3 +148,11 @@ def test_cli_explain_and_emit(capsys):
     out = capsys.readouterr().out
     assert "1. Memory decides" in out and "4. Runner-up on each axis" in out
     assert "torchrun --nnodes" in out and "-m runtime --schedule" in out
+
+
+def test_figure(tmp_path):
+    from sim.planner.figure import plot_plan
+
+    path = tmp_path / "plan.png"
+    plot_plan(plan(request(top=3)), path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

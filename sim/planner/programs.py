@@ -63,7 +63,6 @@ class ProgramCache:
         self._placements: dict[tuple[str, int, int], tuple[int, ...]] = {}
         self._refused: dict[Shape, str] = {}
         self.builds = 0
-        self.built: list[tuple[Shape, float]] = []
         self.build_seconds = 0.0
 
     def program(self, shape: Shape) -> Program:
@@ -85,7 +84,6 @@ class ProgramCache:
         finally:
             self.build_seconds += time.perf_counter() - start
         self.builds += 1
-        self.built.append((shape, time.perf_counter() - start))
         self._programs[shape] = program
         if len(self._programs) > self.capacity:
             self._programs.popitem(last=False)

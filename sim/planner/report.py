@@ -8,7 +8,6 @@ import shlex
 import pandas as pd
 
 from . import collectives, flops, memory
-from .config import Config
 from .search import AXES, Evaluation, Plan
 from .stage_costs import group_link
 
@@ -106,7 +105,10 @@ def explain(plan: Plan) -> str:
                  f"rank (from the simulator's memory timeline), with {c.recompute} recomputation"
                  + (" and sequence parallelism" if c.sequence_parallel else "") + ".")
     dp_only = plan.runner_ups.get("data_parallel_only")
-    if dp_only is None:
+    if dp_only is None and r.global_batch % cluster.gpus:
+        lines.append(f"   Without model parallelism (t = p = 1) d would be {cluster.gpus}, which does not divide the "
+                     f"global batch of {r.global_batch}.")
+    elif dp_only is None:
         lines.append("   No configuration without model parallelism (t = p = 1) fits.")
     else:
         lines.append(f"   Best without model parallelism: {dp_only.config.describe()}, {dp_only.step_time:.3f} s per step.")
@@ -138,7 +140,9 @@ def explain(plan: Plan) -> str:
     for axis in AXES:
         alt = plan.runner_ups.get(axis)
         value = getattr(c, axis)
-        if alt is None:
+        if alt is None and axis == "chunks" and c.chunks == 1:
+            lines.append(f"   chunks: {c.schedule} runs one stage per rank")
+        elif alt is None:
             lines.append(f"   {axis} = {value}: no other value is legal and fits")
         else:
             lines.append(f"   {axis} = {value} -> {getattr(alt.config, axis)}: {alt.config.describe()}, "
@@ -185,8 +189,3 @@ def torchrun_command(plan: Plan, ev: Evaluation | None = None) -> str:
         notes.append("the executor's gpt model is GPT-style (4h GELU FFN, full attention heads), not this architecture")
     comment = "".join(f"# {n}\n" for n in notes)
     return comment + " ".join(shlex.quote(a) if a not in ("N",) else a for a in args)
-
-
-def config_from_record(data: dict) -> Config:
-    """Inverse of Config.record (for reading a plan's JSON back)."""
-    return Config(**{k: data[k] for k in Config.__dataclass_fields__})

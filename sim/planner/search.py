@@ -383,11 +383,6 @@ def _pipeline_bounds(stage, placement: tuple[int, ...], m: int, split: bool) -> 
     return tuple(out)
 
 
-def lower_bound(costs: ConfigCosts) -> int:
-    """A provable lower bound on the step time of `costs`' configuration, in ns."""
-    return Bounds()(costs)
-
-
 def plan(request: PlanRequest, progress: Callable[[Iterable, int], Iterable] | None = None,
          explain: bool = False) -> Plan:
     """Rank the request's configurations (the top `request.top`, exact); with `explain`, also the
