@@ -109,7 +109,7 @@ def explain(plan: Plan) -> str:
         lines.append(f"   Without model parallelism (t = p = 1) d would be {cluster.gpus}, which does not divide the "
                      f"global batch of {r.global_batch}.")
     elif dp_only is None:
-        lines.append("   No configuration without model parallelism (t = p = 1) fits.")
+        lines.append("   No configuration with t = p = 1 is legal and fits.")
     else:
         lines.append(f"   Best without model parallelism: {dp_only.config.describe()}, {dp_only.step_time:.3f} s per step.")
     lines += ["", "2. The interconnect limits where tensor parallelism goes."]
