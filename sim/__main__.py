@@ -11,9 +11,9 @@ import os
 import sys
 from typing import Sequence
 
-from .cli import calibrate, compare, figures, plot, sweep
+from .cli import calibrate, compare, figures, plan, plot, sweep
 
-SUBCOMMANDS = (compare, sweep, plot, figures, calibrate)  # in the order `--help` lists them
+SUBCOMMANDS = (compare, sweep, plan, plot, figures, calibrate)  # in the order `--help` lists them
 
 
 class Parser(argparse.ArgumentParser):
