@@ -110,7 +110,7 @@ def predict(out: str):
     summary = run.summary
     executor = ExecutorMemory(tuple(int(s["param_bytes"]) for s in summary["stage_costs"]),
                               int(summary["batch_bytes"]), 0.0, summary["post_ahead"])
-    return peak_device_memory(run.program, calibrate(run).cost_model_for_run(run), executor)
+    return peak_device_memory(run.program, calibrate(run).for_run(run), executor)
 
 
 def main(argv: list[str] | None = None) -> int:

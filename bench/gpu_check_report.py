@@ -193,14 +193,12 @@ def memory_rows(name: str, run_dir: Path, calibration: Path | None) -> list[Memo
     Activation bytes come from the calibration (its cost model for this run's stages),
     else from the run itself; weights, batch and receive posting from its summary.json.
     """
-    from sim.calibration import Calibration, calibrate, load_costs
     from sim.device_memory import ExecutorMemory, peak_device_memory
     from sim.measured import read_measured
+    from sim.sources import costs_for_run
 
     run = read_measured(run_dir)
-    loaded = load_costs(calibration) if calibration is not None and calibration.is_file() else None
-    source = loaded if isinstance(loaded, Calibration) else calibrate(run)
-    costs = source.cost_model_for_run(run)
+    costs, _ = costs_for_run(calibration if calibration is not None and calibration.is_file() else None, run)
     summary = run.summary
     executor = ExecutorMemory(
         weight_bytes=tuple(int(s["param_bytes"]) for s in summary["stage_costs"]),
