@@ -87,3 +87,18 @@ def test_only_full_backward_splits_evenly_for_split_schedules() -> None:
     schedule = schedules.Schedule("hand", 1, 1, 1, (0,), order)
     result = simulate(schedule, CostModel(forward=1.0, backward_full=3.0))
     assert list(result.timeline["end"] - result.timeline["start"]) == [1.0, 1.5, 1.5]
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("p,m", [(2, 1), (2, 4), (4, 8)])
+def test_bubble_of_a_timeline_in_seconds_shorter_than_a_second(name: str, p: int, m: int) -> None:
+    """Measured timelines are in seconds (the simulator counts integer nanoseconds): step_metrics
+    of a step far shorter than a second, p x makespan < 1, must still give (p-1)/(m+p-1)."""
+    from schedules.timeline import step_metrics
+
+    f, b = 0.001, 0.003
+    timeline = simulate(schedules.build(name, ranks=p, microbatches=m), costs(f, b)).timeline
+    (row,) = step_metrics(timeline, ranks=p).to_dict("records")
+    assert row["makespan"] == pytest.approx((m + p - 1) * (f + b), rel=REL)
+    assert p * row["makespan"] < 1
+    assert row["bubble_ratio"] == pytest.approx((p - 1) / (m + p - 1), rel=REL)
