@@ -102,3 +102,42 @@ def test_bubble_of_a_timeline_in_seconds_shorter_than_a_second(name: str, p: int
     assert row["makespan"] == pytest.approx((m + p - 1) * (f + b), rel=REL)
     assert p * row["makespan"] < 1
     assert row["bubble_ratio"] == pytest.approx((p - 1) / (m + p - 1), rel=REL)
+
+
+from hypothesis import assume, given, settings, strategies as st  # noqa: E402
+
+
+# A chunk's share of a rank's cost (F / v) is rounded to whole nanoseconds by the simulator.
+NS_REL = 1e-7
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from(schedules.available()), st.integers(1, 6), st.integers(1, 16), st.integers(1, 3),
+       st.integers(1, 5), st.integers(1, 5), st.integers(0, 3))
+def test_random_legal_parameters_obey_the_bounds(name, p, m, v, f, b, w):
+    """Any legal (schedule, p, m, v) under integer costs (exact): every rank computes m(F+I+W);
+    the makespan is at least that and at least one microbatch's critical path, p(F+I) (its F
+    and I pass every stage; per stage a rank's share over its chunks); the bubble is exactly
+    the idle share of the box; the closed forms hold where they exist; and the simulator is
+    deterministic."""
+    try:
+        schedule = schedules.build(name, ranks=p, microbatches=m, chunks=v)
+    except schedules.ScheduleError:
+        assume(False)
+    fused = not any(a.kind.value in ("I", "W") for row in schedule.order for a in row)
+    model = costs(f, b, w)
+    result = simulate(schedule, model)
+    work = m * (f + b + w)
+    assert result.busy == pytest.approx([work] * p, rel=NS_REL)
+    assert result.makespan >= max(work, p * (f + b)) * (1 - NS_REL)
+    assert 0 <= result.bubble_ratio < 1
+    assert result.bubble_ratio == pytest.approx(1 - work / result.makespan, rel=NS_REL, abs=NS_REL)
+    if name in ("gpipe", "1f1b"):
+        assert result.makespan == pytest.approx((m + p - 1) * (f + b + w), rel=NS_REL)
+        assert result.peak_activation == ([m] * p if name == "gpipe" else [min(p - r, m) for r in range(p)])
+    if name == "interleaved" and fused:
+        v = schedule.chunks
+        assert result.makespan == pytest.approx((v * m + p - 1) * (f + b + w) / v, rel=NS_REL)
+        assert result.peak_activation[0] == pytest.approx(min(p * v + p - 1, m * v) / v, rel=NS_REL)
+    again = simulate(schedule, model)
+    assert (again.makespan, again.busy, again.peak_activation) == (result.makespan, result.busy, result.peak_activation)
