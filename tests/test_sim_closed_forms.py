@@ -65,6 +65,17 @@ def test_peak_activation_interleaved_rank0(p: int, v: int, k: int) -> None:
         assert result.peak_activation[0] == pytest.approx((p * v + p - 1) / v, rel=REL)
 
 
+@pytest.mark.parametrize("p,v,k", list(itertools.product([2, 3, 4], [2, 3, 4], [1, 2, 3])))
+def test_peak_activation_interleaved_every_rank(p: int, v: int, k: int) -> None:
+    """Megatron-LM's interleaved schedule (schedules.py, forward_backward_pipelining_with_interleaving)
+    runs (p - r - 1) * 2 + (v - 1) * p warm-up forwards of a chunk on rank r, then holds one
+    more before its first backward: min(that + 1, m v) chunk activations, 1/v of a rank share each."""
+    m = k * p
+    result = simulate(schedules.build("interleaved", ranks=p, microbatches=m, chunks=v), costs(1.0, 2.0))
+    expected = [min((p - r - 1) * 2 + (v - 1) * p + 1, m * v) / v for r in range(p)]
+    assert result.peak_activation == pytest.approx(expected, rel=REL)
+
+
 @pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (4, 16), (8, 8)])
 def test_1f1b_split_costs_bubble_per_rank(p: int, m: int) -> None:
     """1F1B with B = I + W: every rank idles (p-1)(T_F+T_B+T_W) of the makespan, and
