@@ -20,8 +20,12 @@ from .calibration import Calibration, calibrate, is_calibration
 from .costs import CostError, CostModel, CostSource
 from .measured import MeasuredRun
 
-# Used when neither a flag nor --costs gives a value: F = 1 s, I = 2 s, W = 0 (B = 3 s).
-DEFAULT_COSTS = CostModel(forward=1.0, backward_input=2.0, backward_weight=0.0)
+# Used when neither a flag nor --costs gives a value: a transformer-like split, F = I = W = 1 s
+# (B = I + W = 2 s). A transformer layer's backward costs about twice its forward, split about
+# evenly between the input gradient and the weight gradient (each a GEMM of the forward's size;
+# Qi et al., ICLR 2024, take T_F ~ T_B ~ T_W), so that the zero-bubble schedules, which move W
+# into the bubbles, show what they are for with no flags given.
+DEFAULT_COSTS = CostModel(forward=1.0, backward_input=1.0, backward_weight=1.0)
 
 
 @dataclass(frozen=True)

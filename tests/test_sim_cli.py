@@ -45,8 +45,12 @@ def test_module_entry_point_runs_compare_with_no_arguments() -> None:
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
-    assert lines[0].split()[:4] == ["schedule", "ranks", "microbatches", "chunks"]
-    assert [line.split()[0] for line in lines[1:]] == legal_at(4, 8, 2)
+    # The defaults are said first, then the table, then which memory numbers are bytes.
+    assert lines[0].startswith("p=4 ranks, m=8 microbatches, v=2")
+    assert "F = 1 s, I = 1 s, W = 1 s" in lines[1] and "defaults" in lines[1]
+    assert lines[2].split()[:4] == ["schedule", "ranks", "microbatches", "chunks"]
+    assert [line.split()[0] for line in lines[3:-1]] == legal_at(4, 8, 2)
+    assert lines[-1].startswith("memory: ")
 
 
 def test_compare_json(capsys) -> None:
@@ -60,7 +64,7 @@ def test_compare_json(capsys) -> None:
         assert record["peak_activation"] == max(record["peak_activation_per_rank"])
         assert len(record["peak_activation_per_rank"]) == 4
     by_name = {r["schedule"]: r for r in records}
-    # Default costs F = 1, B = 2: closed forms of the schedules issue 3 names.
+    # Default costs F = I = W = 1 (fused B = 2): closed forms of the schedules issue 3 names.
     assert by_name["1f1b"]["bubble_ratio"] == pytest.approx(3 / 11, rel=1e-12)
     assert by_name["1f1b"]["makespan"] == pytest.approx(11 * 3.0)
     assert by_name["1f1b"]["peak_activation_per_rank"] == [4, 3, 2, 1]
@@ -98,11 +102,54 @@ def test_compare_chunks_apply_to_schedules_that_take_them(capsys) -> None:
     assert [r["chunks"] for r in json.loads(out)] == [1, 4]
 
 
+def test_default_costs_show_what_the_zero_bubble_schedules_are_for(capsys) -> None:
+    """Defaults F = I = W = 1 (a transformer's backward, twice the forward, split evenly), p = 4,
+    m = 8: 1F1B and GPipe take (m + p - 1)(F + I + W) = 33; ZB-H1 fills W into 1F1B's bubble,
+    leaving (p - 1)(F + I - W) per rank (Qi et al. 2024, Sec. 2.2), so m(F + I + W) + 3 = 27;
+    ZB-H2's rank spans hold no bubble, (p - 1)(F + I - 2W) = 0; ZB-V beats 1F1B at 1F1B's memory."""
+    code, out, _ = run_cli(capsys, "compare", "--json")
+    assert code == 0
+    by_name = {r["schedule"]: r for r in json.loads(out)}
+    p, m, f, i, w = 4, 8, 1.0, 1.0, 1.0
+    assert by_name["1f1b"]["makespan"] == pytest.approx((m + p - 1) * (f + i + w))
+    assert by_name["gpipe"]["makespan"] == pytest.approx((m + p - 1) * (f + i + w))
+    assert by_name["zb-h1"]["makespan"] == pytest.approx(m * (f + i + w) + (p - 1) * (f + i - w))
+    assert by_name["zb-h1"]["makespan"] < by_name["1f1b"]["makespan"]
+    assert by_name["zb-h1"]["peak_activation"] == by_name["1f1b"]["peak_activation"] == p
+    assert by_name["zb-h2"]["bubble_ratio_rank_span"] == 0
+    assert by_name["zb-h2"]["makespan"] <= by_name["zb-h1"]["makespan"]
+    assert by_name["zbv"]["makespan"] < by_name["zb-h1"]["makespan"]
+    assert by_name["zbv"]["peak_activation"] == p
+
+
+def test_compare_text_headers_carry_units(capsys) -> None:
+    _, out, _ = run_cli(capsys, "compare", "--schedules", "1f1b", "--forward", "0.001", "--backward", "0.002",
+                        "--weight", "0")
+    header = out.splitlines()[2]
+    # Costs in seconds, a makespan of (8 + 3) x 3 ms = 33 ms: printed in ms.
+    for column in ("makespan [ms]", "per_microbatch [ms]", "bubble_ratio [%]", "rank_span_bubble [%]",
+                   "peak_act [microbatches]"):
+        assert column in header
+    row = out.splitlines()[3].split()
+    assert row[0] == "1f1b" and float(row[4]) == pytest.approx(33.0) and float(row[6]) == pytest.approx(300 / 11, abs=0.01)
+    # No byte sizes given: no byte column, and the memory line says so.
+    assert "GiB" not in header and "no bytes" in out.splitlines()[-1]
+
+
 def test_compare_skips_illegal_schedules_by_default(capsys) -> None:
     code, out, err = run_cli(capsys, "compare", "--json", "--microbatches", "5")
     assert code == 0
     assert [r["schedule"] for r in json.loads(out)] == legal_at(4, 5, 2)
     assert "skipping interleaved (p=4, m=5, v=2)" in err
+
+
+def test_compare_skips_a_named_schedule_that_cannot_run_and_fails_only_when_none_is_left(capsys) -> None:
+    code, out, err = run_cli(capsys, "compare", "--json", "--schedules", "interleaved,1f1b", "--microbatches", "5")
+    assert code == 0
+    assert [r["schedule"] for r in json.loads(out)] == ["1f1b"]
+    assert "skipping interleaved (p=4, m=5, v=2)" in err and "cannot run m=5" in err
+    code, _, err = run_cli(capsys, "compare", "--schedules", "interleaved", "--microbatches", "5")
+    assert code == 2 and "no schedule can run at these sizes" in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize(

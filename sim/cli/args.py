@@ -62,10 +62,10 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--forward", type=finite_float, metavar="S", help="forward time F (default 1)")
     group.add_argument(
         "--backward", type=finite_float, metavar="S",
-        help="input-gradient backward time I (default 2); a full backward B costs backward + weight "
+        help="input-gradient backward time I (default 1); a full backward B costs backward + weight "
         "(either flag replaces a file's backward_full)",
     )
-    group.add_argument("--weight", type=finite_float, metavar="S", help="weight-gradient time W (default 0)")
+    group.add_argument("--weight", type=finite_float, metavar="S", help="weight-gradient time W (default 1)")
     group.add_argument("--comm-latency", type=finite_float, metavar="S", help="seconds per point-to-point transfer (default 0)")
     group.add_argument(
         "--comm-bandwidth", type=float, metavar="BYTES_PER_S", help="bytes per second of a link (default unlimited); needs --comm-bytes",

@@ -8,20 +8,18 @@ import json
 import sys
 from dataclasses import dataclass
 
+
 import schedules
 from schedules import ScheduleError
 
 from .. import sweep
 from ..comparison import compare_run
-from ..costs import CostError
+from ..costs import DEFAULT_ACTIVATION_MEMORY, CostError, CostModel, CostSource
 from ..measured import read_measured
+from ..plot.units import byte_unit, time_unit
 from ..sources import CostOverrides, cost_source, costs_for_run
 from .args import add_cost_arguments, cost_overrides, fail, names, positive_int
 
-TEXT_COLUMNS = (
-    "schedule", "ranks", "microbatches", "chunks", "makespan", "time_per_microbatch", "bubble_ratio",
-    "bubble_ratio_rank_span", "peak_activation",
-)
 SIZE_FLAGS = ("schedules", "ranks", "microbatches", "chunks")
 
 
@@ -113,30 +111,85 @@ def handle(args: argparse.Namespace) -> int:
     chunks = 2 if options.chunks is None else options.chunks
     try:
         costs = cost_source(options.costs, options.overrides)
-        chosen = options.schedules or schedules.available()
-        records = []
-        for config in sweep.combinations(chosen, [ranks], [microbatches], [chunks]):
-            try:
-                schedule = sweep.build(config)
-            except ScheduleError as exc:
-                if options.schedules:
-                    return _fail(f"{config}: {exc}")
-                print(f"sim compare: skipping {config}: {exc}", file=sys.stderr)
-                continue
-            records.append(sweep.row(schedule, costs.for_stages(schedule.num_stages)))
+        configs = sweep.combinations(options.schedules or schedules.available(), [ranks], [microbatches], [chunks])
+        records, skipped = sweep.simulate_records(configs, costs)
     except (ScheduleError, CostError) as exc:
         return _fail(str(exc))
+    # One behaviour with sweep: a schedule that cannot run here is skipped with its reason, and
+    # only an empty table is an error.
     if not records:
-        return _fail("no schedule is legal at these sizes")
+        return _fail("no schedule can run at these sizes: " + "; ".join(f"{c}: {r}" for c, r in skipped))
+    for config, reason in skipped:
+        print(f"sim compare: skipping {config}: {reason}", file=sys.stderr)
     if options.json:
         print(json.dumps(records, indent=2))
         return 0
-    table = sweep.table(records)
     if options.csv:
-        print(table.to_csv(index=False), end="")
-    else:
-        print(table[list(TEXT_COLUMNS)].to_string(index=False, float_format=lambda x: f"{x:.6g}"))
+        print(sweep.table(records).to_csv(index=False), end="")
+        return 0
+    print(f"p={ranks} ranks, m={microbatches} microbatches, v={chunks} stages per rank where a schedule takes v")
+    print(costs_line(costs, options))
+    print(text_table(records, has_real_bytes(costs)))
     return 0
+
+
+def costs_line(costs: CostSource, options: CompareOptions) -> str:
+    """The costs a table was simulated with, saying when they are the defaults."""
+    text = costs.describe().removeprefix("costs: ")
+    if options.costs is None and not options.overrides.given():
+        text += " (defaults, transformer-like; set --forward, --backward, --weight or --costs)"
+    return text
+
+
+def has_real_bytes(costs: CostSource) -> bool:
+    """Whether activation bytes are sizes someone gave (a cost model's activation_memory other than
+    the 1 GiB placeholder, or a calibration's measured bytes) rather than the placeholder."""
+    return not isinstance(costs, CostModel) or costs.activation_memory != DEFAULT_ACTIVATION_MEMORY
+
+
+def text_table(records: list[dict], real_bytes: bool) -> str:
+    """The text table of `sim compare`: every header names its unit (time in s, ms or µs after
+    the longest makespan; bubbles in percent; peak activation in microbatches, and in bytes when
+    they are real), followed by a line saying which memory numbers are bytes."""
+    label, factor = time_unit(max(r["makespan"] for r in records))
+    columns = {
+        "schedule": [r["schedule"] for r in records],
+        "ranks": [r["ranks"] for r in records],
+        "microbatches": [r["microbatches"] for r in records],
+        "chunks": [r["chunks"] for r in records],
+        f"makespan [{label}]": [r["makespan"] * factor for r in records],
+        f"per_microbatch [{label}]": [r["time_per_microbatch"] * factor for r in records],
+        "bubble_ratio [%]": [100 * r["bubble_ratio"] for r in records],
+        "rank_span_bubble [%]": [100 * r["bubble_ratio_rank_span"] for r in records],
+        "peak_act [microbatches]": [r["peak_microbatches"] for r in records],
+    }
+    formats = {f"makespan [{label}]": "{:.6g}", f"per_microbatch [{label}]": "{:.6g}", "bubble_ratio [%]": "{:.2f}",
+               "rank_span_bubble [%]": "{:.2f}", "peak_act [microbatches]": "{:.3g}"}
+    if real_bytes:
+        unit, divisor = byte_unit(max(r["peak_activation_bytes"] for r in records))
+        columns[f"peak_act [{unit}]"] = [r["peak_activation_bytes"] / divisor for r in records]
+        formats[f"peak_act [{unit}]"] = "{:.4g}"
+        memory = (f"memory: peak_act [{unit}] is real bytes (max over ranks); peak_act [microbatches] is a count "
+                  "(GPipe: m)")
+    else:
+        memory = ("memory: peak_act [microbatches] is a count (GPipe: m); no bytes: no activation size given "
+                  "(--activation-bytes)")
+    return aligned(columns, formats) + "\n" + memory
+
+
+def aligned(columns: dict[str, list], formats: dict[str, str]) -> str:
+    """A plain text table: text columns left-aligned, numbers right-aligned, two spaces apart."""
+    cells = {name: [formats.get(name, "{}").format(x) for x in values] for name, values in columns.items()}
+    widths = {name: max(len(name), *map(len, values)) for name, values in cells.items()}
+    lines = []
+    for i in range(-1, len(next(iter(cells.values())))):
+        parts = []
+        for name, values in cells.items():
+            text = name if i < 0 else values[i]
+            numeric = name in formats or isinstance(columns[name][0], int)
+            parts.append(text.rjust(widths[name]) if numeric else text.ljust(widths[name]))
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
 
 
 def compare_measured(options: CompareOptions) -> int:
