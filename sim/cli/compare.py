@@ -18,7 +18,9 @@ from ..costs import DEFAULT_ACTIVATION_MEMORY, CostError, CostModel, CostSource
 from ..measured import read_measured
 from ..plot.units import byte_unit, time_unit
 from ..sources import CostOverrides, cost_source, costs_for_run
-from .args import add_cost_arguments, cost_overrides, fail, names, positive_int
+from .args import (
+    add_cost_arguments, add_memory_limit_argument, cost_overrides, fail, memory_limit_unused, names, positive_int,
+)
 
 SIZE_FLAGS = ("schedules", "ranks", "microbatches", "chunks")
 
@@ -35,6 +37,7 @@ class CompareOptions:
     overlay: str | None
     costs: str | None
     overrides: CostOverrides
+    memory_limit: float | None
     json: bool
     csv: bool
 
@@ -43,7 +46,8 @@ class CompareOptions:
         return cls(
             schedules=None if args.schedules is None else tuple(args.schedules), ranks=args.ranks,
             microbatches=args.microbatches, chunks=args.chunks, measured=args.measured, overlay=args.overlay,
-            costs=args.costs, overrides=cost_overrides(args), json=args.json, csv=args.csv,
+            costs=args.costs, overrides=cost_overrides(args), memory_limit=args.memory_limit, json=args.json,
+            csv=args.csv,
         )
 
     def sizes_given(self) -> list[str]:
@@ -71,6 +75,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument(
         "--chunks", type=positive_int, metavar="V", help="stages per rank v for schedules that take it (default 2)",
     )
+    add_memory_limit_argument(parser)
     measured = parser.add_argument_group(
         "measured run", "compare a run directory of python -m runtime with the simulation of its own program",
     )
@@ -109,10 +114,14 @@ def handle(args: argparse.Namespace) -> int:
     ranks = 4 if options.ranks is None else options.ranks
     microbatches = 8 if options.microbatches is None else options.microbatches
     chunks = 2 if options.chunks is None else options.chunks
+    chosen = options.schedules or schedules.available()
+    refusal = memory_limit_unused(options.memory_limit, chosen)
+    if refusal:
+        return _fail(refusal)
     try:
         costs = cost_source(options.costs, options.overrides)
-        configs = sweep.combinations(options.schedules or schedules.available(), [ranks], [microbatches], [chunks])
-        records, skipped = sweep.simulate_records(configs, costs)
+        configs = sweep.combinations(chosen, [ranks], [microbatches], [chunks])
+        records, skipped = sweep.simulate_records(configs, costs, memory_limit=options.memory_limit)
     except (ScheduleError, CostError) as exc:
         return _fail(str(exc))
     # One behaviour with sweep: a schedule that cannot run here is skipped with its reason, and
