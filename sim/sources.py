@@ -87,14 +87,25 @@ def cost_source(path: str | Path | None, overrides: CostOverrides = CostOverride
     with the overrides applied, or the calibration the file holds; CostError if flags would
     change a calibration (each schedule gets the cost model of its own stages from it)."""
     if path is None:
-        return overrides.apply(DEFAULT_COSTS)
+        return _bandwidth_used(overrides.apply(DEFAULT_COSTS), overrides)
     data, calibrated = _read(path)
     if not calibrated:
-        return overrides.apply(CostModel.from_dict(data))
+        return _bandwidth_used(overrides.apply(CostModel.from_dict(data)), overrides)
     given = overrides.given()
     if given:
         raise CostError(f"{path} is a calibration: its costs are not overridden by {', '.join(given)}")
     return Calibration.from_dict(data, str(path))
+
+
+def _bandwidth_used(model: CostModel, overrides: CostOverrides) -> CostModel:
+    """`model`, or CostError when --comm-bandwidth was given but no byte crosses a stage boundary
+    (a bandwidth then changes nothing: refused rather than silently ignored)."""
+    if overrides.comm_bandwidth is None:
+        return model
+    sizes = [model.p2p_activation_bytes, model.p2p_gradient_bytes]
+    if not any(isinstance(x, tuple) and any(x) or isinstance(x, (int, float)) and x for x in sizes):
+        raise CostError("--comm-bandwidth has no effect: no bytes cross a stage boundary (give --comm-bytes)")
+    return model
 
 
 def costs_for_run(path: str | Path | None, run: MeasuredRun) -> tuple[CostModel, str]:

@@ -148,3 +148,29 @@ def test_python_dash_m_sim_plot_runs_headless(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "t.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_output_is_written_exactly_where_asked(tmp_path, capsys):
+    """-o names the file: no extension gives a PNG at that very path (matplotlib alone would add
+    ".png"), an extension picks the format, an unknown one is refused before drawing."""
+    bare = tmp_path / "timeline"
+    assert main(["plot", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "2", "-o", str(bare)]) == 0
+    assert capsys.readouterr().out.split() == [str(bare)]
+    assert bare.read_bytes()[:8] == PNG_MAGIC and not (tmp_path / "timeline.png").exists()
+    svg = tmp_path / "timeline.SVG"
+    assert main(["plot", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "2", "-o", str(svg)]) == 0
+    assert capsys.readouterr().out.split() == [str(svg)]
+    assert b"<svg" in svg.read_bytes()[:400]
+    fails(capsys, ["plot", "--schedule", "1f1b", "-o", str(tmp_path / "x.nope")], "unknown image format .nope")
+    assert not (tmp_path / "x.nope").exists()
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--overlay", "--memory"], "--overlay draws compute only: drop --memory"),
+    (["--overlay", "--comm"], "--overlay draws compute only: drop --comm"),
+    (["--forward", "2"], "--forward only cost the simulation that --overlay draws"),
+    (["--ranks", "4"], "a run is drawn at its own sizes: drop --ranks"),
+])
+def test_options_a_run_plot_would_ignore_are_refused(tmp_path, capsys, extra, message):
+    run = make_run(tmp_path / "run")
+    fails(capsys, ["plot", "--run", str(run), "-o", str(tmp_path / "x.png"), *extra], message)

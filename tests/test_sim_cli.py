@@ -164,6 +164,8 @@ def test_compare_skips_a_named_schedule_that_cannot_run_and_fails_only_when_none
         (["compare", "--json", "--csv"], "not allowed with"),
         (["sweep", "--microbatches", "4,x"], "expected a positive integer"),
         (["sweep", "--out", "table.txt"], "--out must end in .csv or .json"),
+        (["compare", "--comm-bandwidth", "1e9"], "--comm-bandwidth has no effect: no bytes cross"),
+        (["sweep", "--comm-bandwidth", "1e9"], "--comm-bandwidth has no effect: no bytes cross"),
         (["nonsense"], "invalid choice"),
         ([], "required"),
     ],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from schedules import ScheduleError, build
@@ -22,8 +22,8 @@ class PlotOptions:
     schedule: str | None
     compare: tuple[str, ...] | None
     run: str | None
-    ranks: int
-    microbatches: int
+    ranks: int | None
+    microbatches: int | None
     chunks: int | None
     output: Path
     memory: bool
@@ -66,13 +66,16 @@ def add_parser(subparsers) -> None:
     source.add_argument("--schedule", help="schedule name to simulate and plot")
     source.add_argument("--compare", metavar="A,B,...", help="comma-separated schedules, one panel each")
     source.add_argument("--run", metavar="DIR", help="measured run directory (timeline.csv, memory.csv, ...)")
-    plot.add_argument("--ranks", type=positive_int, default=4, help="pipeline ranks p (default 4)")
-    plot.add_argument("--microbatches", type=positive_int, default=8, help="microbatches m (default 8)")
+    plot.add_argument("--ranks", type=positive_int, help="pipeline ranks p (default 4)")
+    plot.add_argument("--microbatches", type=positive_int, help="microbatches m (default 8)")
     plot.add_argument(
         "--chunks", type=positive_int, default=None,
         help="stages per rank v for schedules that take it (default: the schedule's own, 2 for interleaved)",
     )
-    plot.add_argument("-o", "--output", required=True, metavar="PNG", help="image file to write")
+    plot.add_argument(
+        "-o", "--output", required=True, metavar="FILE",
+        help="image file to write, exactly this path; format from its extension (.png, .svg, .pdf, ...), PNG if none",
+    )
     plot.add_argument(
         "--memory", action="store_true",
         help="add activation-memory curves under the timeline (one panel per schedule with --compare)",
@@ -106,10 +109,32 @@ def handle(args: argparse.Namespace) -> int:
     return 0
 
 
+def unused(options: PlotOptions) -> str | None:
+    """Why an option given would change nothing here (refused, never silently ignored), or None."""
+    if options.run is not None:
+        sizes = [f"--{n}" for n in ("ranks", "microbatches", "chunks") if getattr(options, n) is not None]
+        if sizes:
+            return f"a run is drawn at its own sizes: drop {', '.join(sizes)}"
+        costs = options.overrides.given() + (["--costs"] if options.costs else [])
+        if costs and not options.overlay:
+            return f"{', '.join(costs)} only cost the simulation that --overlay draws beside the run"
+        if options.overlay and (options.memory or options.comm):
+            flags = " and ".join(f for f, on in (("--memory", options.memory), ("--comm", options.comm)) if on)
+            return f"--overlay draws compute only: drop {flags}, or plot the run without --overlay"
+    return None
+
+
 def draw(options: PlotOptions) -> list[Path]:
     """Draw what `options` ask for; returns the files written."""
+    refusal = unused(options)
+    if refusal:
+        raise ScheduleError(refusal)
+    from ..plot.figure import image_format
+
+    image_format(options.output)  # an unknown extension fails before any simulation
     if options.run is not None:
         return draw_run(options)
+    options = replace(options, ranks=options.ranks or 4, microbatches=options.microbatches or 8)
     if options.step is not None or options.warmup or options.overlay:
         raise ScheduleError("--step, --warmup and --overlay apply to a measured run (--run DIR)")
     if options.compare is not None and options.trace:

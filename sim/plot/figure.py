@@ -9,6 +9,8 @@ needed.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -44,7 +46,20 @@ def step_of(timeline: pd.DataFrame, step: int | None, warmup: int, what: str) ->
 
 
 def save(fig: Figure, path, dpi: int) -> Figure:
-    """Write `fig` to `path` when one is given; returns it."""
+    """Write `fig` to exactly `path` when one is given (format from its extension, PNG if it has
+    none: matplotlib alone would append ".png" to the name); returns it. ValueError for an
+    extension matplotlib cannot write."""
     if path is not None:
-        fig.savefig(path, dpi=dpi)
+        fig.savefig(path, dpi=dpi, format=image_format(path, fig))
     return fig
+
+
+def image_format(path, fig: Figure | None = None) -> str:
+    """The image format `path` asks for: its extension (lower case), or "png" if it has none."""
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if not suffix:
+        return "png"
+    supported = (fig or Figure()).canvas.get_supported_filetypes()
+    if suffix not in supported:
+        raise ValueError(f"cannot write {path}: unknown image format .{suffix} (known: {', '.join(sorted(supported))})")
+    return suffix
