@@ -86,5 +86,5 @@ def test_runtime_help_states_the_defaults(capsys) -> None:
     text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
     for option, default in (("--hidden HIDDEN", "512"), ("--seed SEED", "0"), ("--steps STEPS", "10"),
                             ("--timeout TIMEOUT", "300.0"), ("--model {mlp,gpt}", "mlp")):
-        after = text.split(option, 1)[1]
+        after = text.rsplit(option, 1)[1]  # the help entry, after the usage line
         assert f"(default: {default})" in after.split(" --", 1)[0], option
