@@ -17,7 +17,7 @@ from pathlib import Path
 from schedules.io import read_json
 
 from .calibration import Calibration, calibrate, is_calibration
-from .costs import CostError, CostModel, CostSource
+from .costs import DEFAULT_ACTIVATION_MEMORY, CostError, CostModel, CostSource
 from .measured import MeasuredRun
 
 # Used when neither a flag nor --costs gives a value: a transformer-like split, F = I = W = 1 s
@@ -32,7 +32,9 @@ DEFAULT_COSTS = CostModel(forward=1.0, backward_input=1.0, backward_weight=1.0)
 class CostOverrides:
     """Values the cost flags set, each replacing the same value of a base cost model (None, or
     False for `no_contention`: not given). `backward` and `weight` are I and W (a full B is
-    then I + W); `comm_bytes` is the bytes crossing every stage boundary both ways."""
+    then I + W); `comm_bytes` is the bytes crossing every stage boundary both ways;
+    `activation_bytes` one microbatch's activations through one rank's share (M_B), of which
+    `weight_memory_fraction` stays from I until W (M_W / M_B)."""
 
     forward: float | None = None
     backward: float | None = None
@@ -41,6 +43,8 @@ class CostOverrides:
     comm_bandwidth: float | None = None
     comm_bytes: float | None = None
     no_contention: bool = False
+    activation_bytes: float | None = None
+    weight_memory_fraction: float | None = None
 
     def given(self) -> list[str]:
         """The flags given, as typed on the command line (e.g. ['--forward', '--no-contention'])."""
@@ -67,6 +71,11 @@ class CostOverrides:
             changes["p2p_gradient_bytes"] = None
         if self.no_contention:
             changes["link_contention"] = False
+        if self.activation_bytes is not None:
+            changes["activation_memory"] = self.activation_bytes
+        if self.weight_memory_fraction is not None:
+            changes["weight_memory_fraction"] = self.weight_memory_fraction
+            changes["weight_memory"] = None  # the fraction given replaces a file's bytes
         return dataclasses.replace(base, **changes) if changes else base
 
 
@@ -95,6 +104,13 @@ def cost_source(path: str | Path | None, overrides: CostOverrides = CostOverride
     if given:
         raise CostError(f"{path} is a calibration: its costs are not overridden by {', '.join(given)}")
     return Calibration.from_dict(data, str(path))
+
+
+def real_activation_bytes(costs: CostSource) -> bool:
+    """Whether activation bytes are sizes someone gave (a cost model's activation_memory other
+    than the 1 GiB placeholder, or a calibration's measured bytes): only then are byte counts
+    meaningful; otherwise only ratios to one microbatch's activations are."""
+    return not isinstance(costs, CostModel) or costs.activation_memory != DEFAULT_ACTIVATION_MEMORY
 
 
 def _bandwidth_used(model: CostModel, overrides: CostOverrides) -> CostModel:

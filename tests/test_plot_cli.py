@@ -174,3 +174,15 @@ def test_output_is_written_exactly_where_asked(tmp_path, capsys):
 def test_options_a_run_plot_would_ignore_are_refused(tmp_path, capsys, extra, message):
     run = make_run(tmp_path / "run")
     fails(capsys, ["plot", "--run", str(run), "-o", str(tmp_path / "x.png"), *extra], message)
+
+
+def test_trace_counters_are_units_without_sizes_and_bytes_with_them(tmp_path, capsys):
+    """GPipe's ranks each hold all m microbatches at the peak: m units, or m x the bytes given."""
+    png, trace = tmp_path / "g.png", tmp_path / "g.json"
+    base = ["plot", "--schedule", "gpipe", "--ranks", "2", "--microbatches", "3", "-o", str(png), "--trace", str(trace)]
+    assert main(base) == 0
+    counters = [e["args"] for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "C"]
+    assert max(a["microbatch units"] for a in counters) == 3 and not any("bytes" in a for a in counters)
+    assert main([*base, "--activation-bytes", "500"]) == 0
+    counters = [e["args"] for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "C"]
+    assert max(a["bytes"] for a in counters) == 3 * 500

@@ -208,3 +208,27 @@ def test_sweep_json_and_stdout(capsys, tmp_path) -> None:
     assert code == 0 and err == ""
     table = pd.read_csv(io.StringIO(stdout))
     assert table["bubble_ratio"].item() == pytest.approx(3 / 11, rel=1e-12)
+
+
+def test_activation_bytes_and_weight_memory_fraction_flags(capsys) -> None:
+    """--activation-bytes A: 1F1B's rank 0 holds p microbatches, GPipe's m (closed forms), so the
+    byte column reads p A and m A, and the output says these are real bytes."""
+    mib = 2**20
+    code, out, _ = run_cli(capsys, "compare", "--schedules", "gpipe,1f1b", "--activation-bytes", str(mib))
+    assert code == 0
+    lines = out.splitlines()
+    assert "activations 1 MiB per microbatch and rank share" in lines[1]
+    assert lines[2].endswith("peak_act [microbatches]  peak_act [MiB]")
+    assert [float(line.split()[-1]) for line in lines[3:5]] == [8.0, 4.0]
+    assert lines[-1].startswith("memory: peak_act [MiB] is real bytes")
+    _, out, _ = run_cli(capsys, "compare", "--json", "--schedules", "zb-h1", "--activation-bytes", "1000")
+    without = json.loads(out)[0]
+    _, out, _ = run_cli(capsys, "compare", "--json", "--schedules", "zb-h1", "--activation-bytes", "1000",
+                        "--weight-memory-fraction", "1")
+    kept = json.loads(out)[0]
+    # W keeping every byte until it runs holds each microbatch from F to W instead of F to I:
+    # ZB-H1 defers W, so the peak can only grow, and it stays a whole number of microbatches.
+    assert without["peak_activation_bytes"] == 4000
+    assert kept["peak_activation_bytes"] >= 4000 and kept["peak_activation_bytes"] % 1000 == 0
+    code, _, err = run_cli(capsys, "compare", "--weight-memory-fraction", "2")
+    assert code == 2 and "weight_memory_fraction must be within 0..1" in err

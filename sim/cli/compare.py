@@ -14,10 +14,10 @@ from schedules import ScheduleError
 
 from .. import sweep
 from ..comparison import compare_run
-from ..costs import DEFAULT_ACTIVATION_MEMORY, CostError, CostModel, CostSource
+from ..costs import CostError, CostModel, CostSource
 from ..measured import read_measured
 from ..plot.units import byte_unit, time_unit
-from ..sources import CostOverrides, cost_source, costs_for_run
+from ..sources import CostOverrides, cost_source, costs_for_run, real_activation_bytes
 from .args import (
     add_cost_arguments, add_memory_limit_argument, cost_overrides, fail, memory_limit_unused, names, positive_int,
 )
@@ -138,22 +138,29 @@ def handle(args: argparse.Namespace) -> int:
         return 0
     print(f"p={ranks} ranks, m={microbatches} microbatches, v={chunks} stages per rank where a schedule takes v")
     print(costs_line(costs, options))
-    print(text_table(records, has_real_bytes(costs)))
+    print(text_table(records, real_activation_bytes(costs)))
     return 0
 
 
 def costs_line(costs: CostSource, options: CompareOptions) -> str:
     """The costs a table was simulated with, saying when they are the defaults."""
     text = costs.describe().removeprefix("costs: ")
+    if isinstance(costs, CostModel):
+        text += memory_phrase(costs)
     if options.costs is None and not options.overrides.given():
         text += " (defaults, transformer-like; set --forward, --backward, --weight or --costs)"
     return text
 
 
-def has_real_bytes(costs: CostSource) -> bool:
-    """Whether activation bytes are sizes someone gave (a cost model's activation_memory other than
-    the 1 GiB placeholder, or a calibration's measured bytes) rather than the placeholder."""
-    return not isinstance(costs, CostModel) or costs.activation_memory != DEFAULT_ACTIVATION_MEMORY
+def memory_phrase(costs: CostModel) -> str:
+    """What a cost model says about activation memory, for the costs line ('' when nothing)."""
+    parts = []
+    if real_activation_bytes(costs) and isinstance(costs.activation_memory, (int, float)):
+        unit, divisor = byte_unit(costs.activation_memory)
+        parts.append(f"activations {costs.activation_memory / divisor:.4g} {unit} per microbatch and rank share")
+    if costs.weight_memory is None and costs.weight_memory_fraction:
+        parts.append(f"W keeps {costs.weight_memory_fraction:.0%} of them from I until W")
+    return "; " + ", ".join(parts) if parts else ""
 
 
 def text_table(records: list[dict], real_bytes: bool) -> str:

@@ -11,7 +11,7 @@ from schedules import ScheduleError, build
 from .. import sweep
 from ..engine import simulate
 from ..measured import read_run
-from ..sources import CostOverrides, cost_source, run_costs
+from ..sources import CostOverrides, cost_source, real_activation_bytes, run_costs
 from .args import add_cost_arguments, cost_overrides, fail, one_line, positive_int
 
 
@@ -144,24 +144,29 @@ def draw(options: PlotOptions) -> list[Path]:
     from ..plot.trace import write_trace
 
     costs = cost_source(options.costs, options.overrides)
-    note = costs.describe() + (f"\n{MEMORY_UNIT_NOTE}" if options.memory else "")
+    # Memory in bytes when activation sizes were given, else in units of one microbatch's
+    # activations of one rank's share (the 1 GiB placeholder's bytes would mean nothing).
+    real = real_activation_bytes(costs)
+    note = costs.describe() + (f"\n{'memory: activation bytes' if real else MEMORY_UNIT_NOTE}" if options.memory else "")
+    label = None if real else MEMORY_UNIT_LABEL
     if options.compare is not None:
         results = sweep.simulate_each(options.compare, options.ranks, options.microbatches, options.chunks, costs)
         plot_compare(
             {name: r.timeline for name, r in results.items()},
             memories={name: r.memory for name, r in results.items()} if options.memory else None,
-            unit_bytes={name: r.activation_unit_bytes for name, r in results.items()},
-            unit_label=MEMORY_UNIT_LABEL, comm=options.comm, note=note, path=options.output, dpi=options.dpi,
+            unit_bytes=None if real else {name: r.activation_unit_bytes for name, r in results.items()},
+            unit_label=label, comm=options.comm, note=note, path=options.output, dpi=options.dpi,
         )
         return [options.output]
     # One named schedule: an explicit --chunks it cannot take is an error, not ignored.
     schedule = build(options.schedule, ranks=options.ranks, microbatches=options.microbatches, chunks=options.chunks)
     result = simulate(schedule, costs.for_stages(schedule.num_stages))
+    unit_bytes = None if real else result.activation_unit_bytes
     plot_timeline(result.timeline, result.memory if options.memory else None, name=options.schedule,
-                  comm=options.comm, unit_bytes=result.activation_unit_bytes, unit_label=MEMORY_UNIT_LABEL,
+                  comm=options.comm, unit_bytes=unit_bytes, unit_label=label,
                   note=note, path=options.output, dpi=options.dpi)
     if options.trace:
-        write_trace(options.trace, result.timeline, result.memory, name=options.schedule)
+        write_trace(options.trace, result.timeline, result.memory, name=options.schedule, unit_bytes=unit_bytes)
         return [options.output, options.trace]
     return [options.output]
 
