@@ -120,7 +120,7 @@ def test_bad_arguments_are_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         main(["plot", "-o", png])  # no source: argparse's own error
     assert stop.value.code == 2
-    assert "one of the arguments --schedule --compare --run is required" in capsys.readouterr().err
+    assert "one of the arguments --schedule --compare --run --sweep is required" in capsys.readouterr().err
 
 
 def test_figures_regenerates_every_readme_figure(tmp_path, capsys):
@@ -186,3 +186,17 @@ def test_trace_counters_are_units_without_sizes_and_bytes_with_them(tmp_path, ca
     assert main([*base, "--activation-bytes", "500"]) == 0
     counters = [e["args"] for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "C"]
     assert max(a["bytes"] for a in counters) == 3 * 500
+
+
+def test_sweep_table_is_drawn_and_its_options_checked(tmp_path, capsys):
+    table = tmp_path / "sweep.csv"
+    assert main(["sweep", "--schedules", "1f1b,interleaved", "--ranks", "2", "--microbatches", "2,4",
+                 "--chunks", "2", "--out", str(table), "--no-progress"]) == 0
+    png = tmp_path / "sweep.png"
+    capsys.readouterr()
+    assert main(["plot", "--sweep", str(table), "-o", str(png)]) == 0
+    assert capsys.readouterr().out.split() == [str(png)] and png.read_bytes()[:8] == PNG_MAGIC
+    fails(capsys, ["plot", "--sweep", str(table), "-o", str(png), "--ranks", "4"], "--sweep draws the table as it is")
+    not_a_sweep = tmp_path / "other.csv"
+    not_a_sweep.write_text("a,b\n1,2\n")
+    fails(capsys, ["plot", "--sweep", str(not_a_sweep), "-o", str(png)], "not a sweep table")

@@ -68,9 +68,16 @@ def test_python_block_runs(block: str, tmp_path, monkeypatch) -> None:
     exec(compile(block, "README.md", "exec"), {"__name__": "__readme__"})
 
 
+@pytest.fixture(scope="module")
+def shell_dir(tmp_path_factory) -> Path:
+    """One working directory for all commands, run in README order (a later one may read what
+    an earlier one wrote, as a reader following the README would)."""
+    return tmp_path_factory.mktemp("readme")
+
+
 @pytest.mark.parametrize("command,output", COMMANDS, ids=[c[:50] for c, _ in COMMANDS])
-def test_sim_command_runs_and_prints_what_readme_shows(command, output, tmp_path, monkeypatch, capsys) -> None:
-    monkeypatch.chdir(tmp_path)
+def test_sim_command_runs_and_prints_what_readme_shows(command, output, shell_dir, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(shell_dir)
     code = main(shlex.split(command))
     captured = capsys.readouterr()
     assert code == 0, captured.err

@@ -22,6 +22,9 @@ from .args import (
     add_cost_arguments, add_memory_limit_argument, cost_overrides, fail, memory_limit_unused, names, positive_int,
 )
 
+# --sort keys: the record field each orders by, smallest first.
+SORT_KEYS = {"makespan": "makespan", "memory": "peak_activation_bytes", "bubble": "bubble_ratio",
+             "rank-span-bubble": "bubble_ratio_rank_span", "name": "schedule"}
 SIZE_FLAGS = ("schedules", "ranks", "microbatches", "chunks")
 
 
@@ -40,6 +43,7 @@ class CompareOptions:
     memory_limit: float | None
     json: bool
     csv: bool
+    sort: str | None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "CompareOptions":
@@ -47,7 +51,7 @@ class CompareOptions:
             schedules=None if args.schedules is None else tuple(args.schedules), ranks=args.ranks,
             microbatches=args.microbatches, chunks=args.chunks, measured=args.measured, overlay=args.overlay,
             costs=args.costs, overrides=cost_overrides(args), memory_limit=args.memory_limit, json=args.json,
-            csv=args.csv,
+            csv=args.csv, sort=args.sort,
         )
 
     def sizes_given(self) -> list[str]:
@@ -87,6 +91,11 @@ def add_parser(subparsers) -> None:
     )
     measured.add_argument("--overlay", metavar="FILE.png", help="with --measured: write the overlay timeline figure")
     add_cost_arguments(parser)
+    parser.add_argument(
+        "--sort", choices=tuple(SORT_KEYS), metavar="|".join(SORT_KEYS),
+        help="order the rows by this measure, best first (default: registration order); the text table "
+        "marks the best rows by makespan and by peak activation memory either way",
+    )
     output = parser.add_mutually_exclusive_group()
     output.add_argument(
         "--json", action="store_true",
@@ -130,6 +139,8 @@ def handle(args: argparse.Namespace) -> int:
         return _fail("no schedule can run at these sizes: " + "; ".join(f"{c}: {r}" for c, r in skipped))
     for config, reason in skipped:
         print(f"sim compare: skipping {config}: {reason}", file=sys.stderr)
+    if options.sort:
+        records.sort(key=lambda r: r[SORT_KEYS[options.sort]])  # stable: ties keep registration order
     if options.json:
         print(json.dumps(records, indent=2))
         return 0
@@ -179,6 +190,7 @@ def text_table(records: list[dict], real_bytes: bool) -> str:
         "rank_span_bubble [%]": [100 * r["bubble_ratio_rank_span"] for r in records],
         "peak_act [microbatches]": [r["peak_microbatches"] for r in records],
     }
+    best_time, best_memory = best_rows(records, "makespan"), best_rows(records, "peak_activation_bytes")
     formats = {f"makespan [{label}]": "{:.6g}", f"per_microbatch [{label}]": "{:.6g}", "bubble_ratio [%]": "{:.2f}",
                "rank_span_bubble [%]": "{:.2f}", "peak_act [microbatches]": "{:.3g}"}
     if real_bytes:
@@ -190,7 +202,17 @@ def text_table(records: list[dict], real_bytes: bool) -> str:
     else:
         memory = ("memory: peak_act [microbatches] is a count (GPipe: m); no bytes: no activation size given "
                   "(--activation-bytes)")
+    columns["best"] = ["+".join(what for what, rows in (("makespan", best_time), ("memory", best_memory)) if i in rows)
+                       for i in range(len(records))]
     return aligned(columns, formats) + "\n" + memory
+
+
+def best_rows(records: list[dict], key: str) -> set[int]:
+    """Indices of the rows with the smallest `key` (ties within a relative 1e-9 all count): the
+    best by makespan, or by peak activation bytes (max over ranks; the same model's bytes in
+    every row, so the placeholder ranks schedules as real sizes would)."""
+    low = min(r[key] for r in records)
+    return {i for i, r in enumerate(records) if r[key] <= low * (1 + 1e-9)}
 
 
 def aligned(columns: dict[str, list], formats: dict[str, str]) -> str:

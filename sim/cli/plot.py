@@ -22,6 +22,7 @@ class PlotOptions:
     schedule: str | None
     compare: tuple[str, ...] | None
     run: str | None
+    sweep: str | None
     ranks: int | None
     microbatches: int | None
     chunks: int | None
@@ -45,7 +46,7 @@ class PlotOptions:
             if not compare:
                 raise ScheduleError("--compare needs at least one schedule name")
         return cls(
-            schedule=args.schedule, compare=compare, run=args.run, ranks=args.ranks, microbatches=args.microbatches,
+            schedule=args.schedule, compare=compare, run=args.run, sweep=args.sweep, ranks=args.ranks, microbatches=args.microbatches,
             chunks=args.chunks, output=Path(args.output), memory=args.memory,
             trace=Path(args.trace) if args.trace else None, comm=args.comm, costs=args.costs,
             overrides=cost_overrides(args), step=args.step, warmup=args.warmup, overlay=args.overlay, dpi=args.dpi,
@@ -66,6 +67,11 @@ def add_parser(subparsers) -> None:
     source.add_argument("--schedule", help="schedule name to simulate and plot")
     source.add_argument("--compare", metavar="A,B,...", help="comma-separated schedules, one panel each")
     source.add_argument("--run", metavar="DIR", help="measured run directory (timeline.csv, memory.csv, ...)")
+    source.add_argument(
+        "--sweep", metavar="FILE",
+        help="a table of python -m sim sweep (.csv or .json): time per microbatch and bubble ratio against m, "
+        "one line per schedule, one column of panels per p",
+    )
     plot.add_argument("--ranks", type=positive_int, help="pipeline ranks p (default 4)")
     plot.add_argument("--microbatches", type=positive_int, help="microbatches m (default 8)")
     plot.add_argument(
@@ -111,6 +117,12 @@ def handle(args: argparse.Namespace) -> int:
 
 def unused(options: PlotOptions) -> str | None:
     """Why an option given would change nothing here (refused, never silently ignored), or None."""
+    if options.sweep is not None:
+        given = [f"--{n}" for n in ("ranks", "microbatches", "chunks", "trace") if getattr(options, n) is not None]
+        given += [f for f, on in (("--memory", options.memory), ("--comm", options.comm), ("--overlay", options.overlay),
+                                  ("--costs", options.costs)) if on] + options.overrides.given()
+        if given:
+            return f"--sweep draws the table as it is: drop {', '.join(given)}"
     if options.run is not None:
         sizes = [f"--{n}" for n in ("ranks", "microbatches", "chunks") if getattr(options, n) is not None]
         if sizes:
@@ -134,6 +146,8 @@ def draw(options: PlotOptions) -> list[Path]:
     image_format(options.output)  # an unknown extension fails before any simulation
     if options.run is not None:
         return draw_run(options)
+    if options.sweep is not None:
+        return draw_sweep(options)
     options = replace(options, ranks=options.ranks or 4, microbatches=options.microbatches or 8)
     if options.step is not None or options.warmup or options.overlay:
         raise ScheduleError("--step, --warmup and --overlay apply to a measured run (--run DIR)")
@@ -168,6 +182,23 @@ def draw(options: PlotOptions) -> list[Path]:
     if options.trace:
         write_trace(options.trace, result.timeline, result.memory, name=options.schedule, unit_bytes=unit_bytes)
         return [options.output, options.trace]
+    return [options.output]
+
+
+def draw_sweep(options: PlotOptions) -> list[Path]:
+    """A sweep table's curves (sim.plot.sweep)."""
+    import pandas as pd
+
+    from ..plot.sweep import plot_sweep
+
+    path = Path(options.sweep)
+    if path.suffix not in (".csv", ".json"):
+        raise ScheduleError(f"--sweep reads a .csv or .json table of python -m sim sweep, got {options.sweep!r}")
+    try:
+        table = pd.read_csv(path) if path.suffix == ".csv" else pd.read_json(path)
+    except (OSError, ValueError) as exc:
+        raise ScheduleError(f"cannot read {options.sweep}: {one_line(exc)}") from None
+    plot_sweep(table, note=f"python -m sim sweep table {path.name}", path=options.output, dpi=options.dpi)
     return [options.output]
 
 
