@@ -200,3 +200,18 @@ def test_sweep_table_is_drawn_and_its_options_checked(tmp_path, capsys):
     not_a_sweep = tmp_path / "other.csv"
     not_a_sweep.write_text("a,b\n1,2\n")
     fails(capsys, ["plot", "--sweep", str(not_a_sweep), "-o", str(png)], "not a sweep table")
+
+
+def test_a_run_drawn_with_every_step_and_the_overlay_of_the_median_step(tmp_path, capsys):
+    run = make_run(tmp_path / "run")  # 3 GPipe steps, p=2, m=3, costs x9, x1, x2
+    png, trace = tmp_path / "all.png", tmp_path / "all.json"
+    assert main(["plot", "--run", str(run), "--step", "all", "-o", str(png), "--trace", str(trace)]) == 0
+    events = json.loads(trace.read_text())["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X" and e["cat"] in ("F", "B")]
+    assert len(slices) == 3 * 2 * 3 * 2  # every step: steps x ranks x microbatches x (F, B)
+    # Back to back: the last B ends after all three makespans, (m + p - 1)(f + b) x (9 + 1 + 2).
+    assert max(e["ts"] + e["dur"] for e in slices) == pytest.approx(4 * 3.0 * 12 * 1e6)
+    fails(capsys, ["plot", "--run", str(run), "--step", "all", "--overlay", "-o", str(png)], "--overlay compares one step")
+    with pytest.raises(SystemExit) as stop:  # argparse's own error
+        main(["plot", "--run", str(run), "--step", "x", "-o", str(png)])
+    assert stop.value.code == 2 and "expected a step number or 'all'" in capsys.readouterr().err

@@ -32,7 +32,7 @@ class PlotOptions:
     comm: bool
     costs: str | None
     overrides: CostOverrides
-    step: int | None
+    step: int | str | None  # a step, "all", or None (the median)
     warmup: int
     overlay: bool
     dpi: int
@@ -51,6 +51,16 @@ class PlotOptions:
             trace=Path(args.trace) if args.trace else None, comm=args.comm, costs=args.costs,
             overrides=cost_overrides(args), step=args.step, warmup=args.warmup, overlay=args.overlay, dpi=args.dpi,
         )
+
+
+def step_choice(text: str) -> int | str:
+    """argparse type of --step: a step number or 'all'."""
+    if text == "all":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a step number or 'all', got {text!r}") from None
 
 
 def add_parser(subparsers) -> None:
@@ -90,7 +100,11 @@ def add_parser(subparsers) -> None:
     plot.add_argument("--comm", action="store_true", help="draw sends and receive waits on thin lanes per rank")
     add_cost_arguments(plot)
     measured = plot.add_argument_group("measured runs")
-    measured.add_argument("--step", type=int, default=None, help="step to plot (default: the step of median makespan)")
+    measured.add_argument(
+        "--step", type=step_choice, default=None, metavar="N|all",
+        help="step to draw: N, or 'all' (every step back to back; not with --overlay); default: the step of "
+        "median makespan, and with --overlay each action's median start and end over the steps",
+    )
     measured.add_argument(
         "--warmup", type=int, default=0,
         help="leading recorded steps to leave out of the median (default 0: the executor does not "
@@ -205,17 +219,26 @@ def draw_sweep(options: PlotOptions) -> list[Path]:
 def draw_run(options: PlotOptions) -> list[Path]:
     """A measured run's step, or (--overlay) the run beside the simulation of its own program."""
     from ..plot import plot_overlay, plot_timeline
+    from ..plot.figure import steps_back_to_back
     from ..plot.trace import write_trace
 
     run = read_run(options.run)
+    timeline, memory, step, name = run.timeline, run.memory, options.step, run.name
+    warmup = options.warmup
+    if step == "all":
+        if options.overlay:
+            raise ScheduleError("--overlay compares one step with the simulation: the median (default) or --step N")
+        kept, timeline, memory = steps_back_to_back(timeline, memory, warmup)
+        step, warmup, name = None, 0, f"{run.name}  ·  {kept} steps back to back"
     if options.overlay:
         simulated = simulate(run.program, run_costs(options.costs, options.overrides, run))
-        plot_overlay(run.timeline, simulated.timeline, name=run.name, step=options.step, warmup=options.warmup,
+        plot_overlay(timeline, simulated.timeline, name=name, step=step, warmup=warmup,
                      path=options.output, dpi=options.dpi)
     else:
-        plot_timeline(run.timeline, run.memory if options.memory else None, name=run.name, step=options.step,
-                      warmup=options.warmup, comm=options.comm, path=options.output, dpi=options.dpi)
+        plot_timeline(timeline, memory if options.memory else None, name=name, step=step,
+                      warmup=warmup, comm=options.comm, path=options.output, dpi=options.dpi,
+                      show_step=options.step != "all")
     if options.trace:
-        write_trace(options.trace, run.timeline, run.memory, step=options.step, warmup=options.warmup, name=run.name)
+        write_trace(options.trace, timeline, memory, step=step, warmup=warmup, name=name)
         return [options.output, options.trace]
     return [options.output]
