@@ -35,6 +35,10 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   (a group's own mean is closer to its members than the true level is), summarised as
   SPREAD_QUANTILES evenly spaced quantiles, which the simulator draws from
   (sim.costs; SPREAD_DRAWS replays, median draw).
+- **transfer_spread**: the same for transfer times: each in-run transfer time (below)
+  over their mean, as SPREAD_QUANTILES quantiles. On a loaded machine a transfer waits
+  for the sending or receiving thread to get a core, and both ranks then wait in RECV
+  far longer than the mean says.
 - **switch_forward / switch_backward**: what an action costs more when its rank's
   previous compute action had another stage or kind (schedules.analysis.switches;
   caches hold another working set): per kind, the median over stages of (median over steps of the mean switching
@@ -111,7 +115,7 @@ FORMAT = "bubblescope-calibration"
 VERSION = 3
 RECV_QUANTILE = 0.10
 SPREAD_QUANTILES = 32
-SPREAD_DRAWS = 9
+SPREAD_DRAWS = 49
 QUALITY_LIMIT = 0.03  # self-replay error or step-time spread (IQR / median) worth a warning
 
 
@@ -154,6 +158,7 @@ class Calibration:
     p2p_latency: float
     p2p_bandwidth: float = math.inf
     duration_spread: tuple[float, ...] = ()
+    transfer_spread: tuple[float, ...] = ()
     diagnostics: Mapping[str, Any] = field(default_factory=dict)
     quality: Mapping[str, Any] = field(default_factory=dict)
 
@@ -217,6 +222,7 @@ class Calibration:
             switch_forward=self.switch_forward,
             switch_backward=self.switch_backward,
             duration_spread=self.duration_spread,
+            transfer_spread=self.transfer_spread,
             spread_draws=SPREAD_DRAWS,
         )
 
@@ -260,6 +266,9 @@ class Calibration:
             cv = float(np.std(self.duration_spread) / np.mean(self.duration_spread))
             lines.append(f"  compute time spread within a step: CV {cv:.2f}, 10/50/90th percentile x{q[0]:.2f} "
                          f"x{q[1]:.2f} x{q[2]:.2f} (replayed {SPREAD_DRAWS} times, median draw)")
+        if self.transfer_spread:
+            q = np.quantile(self.transfer_spread, [0.1, 0.5, 0.9])
+            lines.append(f"  transfer time spread: 10/50/90th percentile x{q[0]:.2f} x{q[1]:.2f} x{q[2]:.2f} of the mean")
         lines += quality_lines(self.quality)
         return "\n".join(lines)
 
@@ -292,6 +301,7 @@ class Calibration:
                 values["p2p_bandwidth"] = math.inf
             values["stages"] = tuple(values["stages"])
             values["duration_spread"] = tuple(values.get("duration_spread", ()))
+            values["transfer_spread"] = tuple(values.get("transfer_spread", ()))
             if values.get("compute") is not None:
                 values["compute"] = {k: LinearCost(**v) for k, v in values["compute"].items()}
             for key in ("activation", "weight_memory"):
@@ -323,7 +333,7 @@ def calibrate_runs(runs: Sequence[MeasuredRun]) -> Calibration:
     if not runs:
         raise CostError("calibrate needs at least one run")
     fitted = [_fit_one(run) for run in runs]
-    first, residuals = fitted[0]
+    first = fitted[0][0]
     for run, (c, _) in zip(runs[1:], fitted[1:]):
         if dict(c.model) != dict(first.model) or c.rows != first.rows:
             raise CostError(f"{run.path} runs model {dict(c.model)} at {c.rows} rows per microbatch, but "
@@ -331,8 +341,9 @@ def calibrate_runs(runs: Sequence[MeasuredRun]) -> Calibration:
         if (c.compute is None) != (first.compute is None):
             raise CostError(f"{run.path} and {runs[0].path}: either all runs have a profile.json or none")
     calibration = first if len(fitted) == 1 else _combine([c for c, _ in fitted], runs)
-    pooled = np.concatenate([r for _, r in fitted]) if any(len(r) for _, r in fitted) else np.array([])
-    calibration = replace(calibration, duration_spread=spread_quantiles(pooled))
+    pooled = [np.concatenate([r[j] for _, r in fitted]) for j in (0, 1)]
+    calibration = replace(calibration, duration_spread=spread_quantiles(pooled[0]),
+                          transfer_spread=spread_quantiles(pooled[1]))
     return replace(calibration, quality=quality_of(calibration, runs))
 
 
@@ -398,8 +409,9 @@ def quality_lines(quality: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _fit_one(run: MeasuredRun) -> tuple[Calibration, np.ndarray]:
-    """Every parameter fitted from one run, and the run's spread residuals (no quality yet)."""
+def _fit_one(run: MeasuredRun) -> tuple[Calibration, tuple[np.ndarray, np.ndarray]]:
+    """Every parameter fitted from one run, and the run's compute and transfer spread
+    residuals (no quality yet)."""
     schedule = run.program.schedule
     stages = run_stages(run)
     diagnostics: dict[str, Any] = {}
@@ -442,7 +454,7 @@ def _fit_one(run: MeasuredRun) -> tuple[Calibration, np.ndarray]:
         p2p_latency=latency,
         p2p_bandwidth=bandwidth,
         diagnostics=diagnostics,
-    ), spread_residuals(run)
+    ), (spread_residuals(run), transfer_residuals(run))
 
 
 def run_stages(run: MeasuredRun) -> list[dict[str, Any]]:
@@ -503,6 +515,15 @@ def spread_residuals(run: MeasuredRun) -> np.ndarray:
     ratio = (frame["duration"] / mean)[keep].to_numpy()
     n = size[keep].to_numpy()
     return 1.0 + (ratio - 1.0) * np.sqrt(n / (n - 1.0))
+
+
+def transfer_residuals(run: MeasuredRun) -> np.ndarray:
+    """Each in-run transfer time (`transfer_delays`) over their mean; none if there are none
+    or their mean is not positive."""
+    delays = np.maximum(np.array(transfer_delays(run)), 0.0)
+    if not len(delays) or delays.mean() <= 0:
+        return np.array([])
+    return delays / delays.mean()
 
 
 def spread_quantiles(residuals: np.ndarray) -> tuple[float, ...]:
@@ -636,7 +657,14 @@ def stream_ends(timeline: pd.DataFrame, dispatch: float) -> list[float]:
 
 
 def transfer_time(run: MeasuredRun) -> float | None:
-    """Mean in-run transfer time (module docstring), or None if no receiver ever waited.
+    """Mean in-run transfer time (module docstring), or None if no receiver ever waited."""
+    delays = transfer_delays(run)
+    return float(np.mean(delays)) if delays else None
+
+
+def transfer_delays(run: MeasuredRun) -> list[float]:
+    """Every in-run transfer time: RECV end - SEND start of transfers whose receiver was
+    already waiting when the send started.
 
     Rank clocks are aligned only at the step's barrier, so per step and pair of ranks the
     offset between their clocks is estimated as the middle of the interval that causality
@@ -664,7 +692,7 @@ def transfer_time(run: MeasuredRun) -> float | None:
                 shift = offset if sender == low else -offset  # receiver's times into the sender's clock
                 if start + shift <= at:
                     delays.append(end + shift - at)
-    return float(np.mean(delays)) if delays else None
+    return delays
 
 
 def fit_linear(points: Sequence[tuple[str, int, float]]) -> tuple[LinearCost, float]:

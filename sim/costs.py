@@ -53,6 +53,9 @@ with it the program is replayed ``spread_draws`` times, each compute action's ti
 multiplied by a factor picked from the list for that draw, rank and position
 (`spread_factors`: seeded from those three, so results stay deterministic), and the
 result is the draw whose makespan is the median (lower median; ties by draw number).
+``transfer_spread`` does the same for transfer times (each SEND's transfer, on the
+wire and on its link, multiplied by its factor; factors drawn from their own seeded
+stream), for machines where a transfer's time varies as much as a compute action's.
 
 Memory: ``activation_memory`` bytes per microbatch per stage are allocated when its F
 starts and freed when its B ends. With split backward, ``weight_memory`` of them stay
@@ -129,7 +132,8 @@ class ResolvedCosts:
     `memory[s]`: activation bytes of one microbatch on stage s; `weight_memory[s]`: the
     part of it kept from I until W; `static[r]`: static bytes of rank r; `send_overhead`,
     `recv_overhead`, `step_overhead`, `switch_forward`, `switch_backward`: the executor
-    overheads of the cost model; `spread`, `draws`: duration_spread and spread_draws.
+    overheads of the cost model; `spread`, `transfer_spread`, `draws`: duration_spread,
+    transfer_spread and spread_draws.
     """
 
     forward: tuple[int, ...]
@@ -148,6 +152,7 @@ class ResolvedCosts:
     switch_forward: int = 0
     switch_backward: int = 0
     spread: tuple[float, ...] = ()
+    transfer_spread: tuple[float, ...] = ()
     draws: int = 1
 
 
@@ -170,8 +175,8 @@ class CostModel:
     recv_overhead (least rank time per RECV), step_overhead (step time minus makespan),
     switch_forward / switch_backward (added to an F / a B, I or W that does not repeat
     its rank's previous compute action's stage and kind).
-    Spread (module docstring): duration_spread (relative factors, default none) and
-    spread_draws (replays, default 9).
+    Spread (module docstring): duration_spread and transfer_spread (relative factors of
+    compute and transfer times, default none) and spread_draws (replays, default 9).
     """
 
     forward: PerStage
@@ -193,6 +198,7 @@ class CostModel:
     switch_forward: float = 0.0
     switch_backward: float = 0.0
     duration_spread: Sequence[float] = ()
+    transfer_spread: Sequence[float] = ()
     spread_draws: int = 9
 
     def __post_init__(self) -> None:
@@ -213,11 +219,11 @@ class CostModel:
             raise CostError(f"weight_memory_fraction must be within 0..1, got {fraction!r}")
         if not isinstance(self.link_contention, bool):
             raise CostError(f"link_contention must be true or false, got {self.link_contention!r}")
-        spread = self.duration_spread
-        if not isinstance(spread, (list, tuple)):
-            raise CostError(f"duration_spread must be a list of factors, got {spread!r}")
-        object.__setattr__(self, "duration_spread", tuple(
-            _number(f"duration_spread[{i}]", x) for i, x in enumerate(spread)))
+        for name in ("duration_spread", "transfer_spread"):
+            spread = getattr(self, name)
+            if not isinstance(spread, (list, tuple)):
+                raise CostError(f"{name} must be a list of factors, got {spread!r}")
+            object.__setattr__(self, name, tuple(_number(f"{name}[{i}]", x) for i, x in enumerate(spread)))
         draws = self.spread_draws
         if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
             raise CostError(f"spread_draws must be an integer >= 1, got {draws!r}")
@@ -287,7 +293,8 @@ class CostModel:
             switch_forward=round(self.switch_forward * NS_PER_S),
             switch_backward=round(self.switch_backward * NS_PER_S),
             spread=self.duration_spread,
-            draws=self.spread_draws if self.duration_spread else 1,
+            transfer_spread=self.transfer_spread,
+            draws=self.spread_draws if self.duration_spread or self.transfer_spread else 1,
         )
 
     def transfer_ns(self, num_bytes: float) -> int:
@@ -333,11 +340,14 @@ class CostModel:
         return cls.from_dict(read_json(path, CostError, "cost model "))
 
 
-def spread_factors(spread: Sequence[float], draw: int, rank: int, count: int) -> list[float]:
+def spread_factors(spread: Sequence[float], draw: int, rank: int, count: int, what: str = "spread") -> list[float]:
     """The factors of draw `draw` for the first `count` positions of rank `rank`'s stream
-    (every position gets one; only compute actions use theirs). Seeded by (draw, rank)
-    alone, so the engine and any independent replay draw the same."""
-    rng = random.Random(f"bubblescope-spread:{draw}:{rank}")
+    (every position gets one; compute actions use those of `what` = "spread", SENDs those of
+    "transfer"), all 1 for an empty `spread`. Seeded by (what, draw, rank) alone, so the
+    engine and any independent replay draw the same."""
+    if not spread:
+        return [1.0] * count
+    rng = random.Random(f"bubblescope-{what}:{draw}:{rank}")
     return rng.choices(spread, k=count)
 
 

@@ -18,7 +18,8 @@ Semantics (times are integer nanoseconds, so results are exact and deterministic
 
 With a duration spread (sim.costs) the program is replayed once per draw, each compute
 action's time (switch cost included) multiplied by its factor of `spread_factors` and
-rounded to the nanosecond, and the draw with the median makespan is the result.
+rounded to the nanosecond (likewise each SEND's transfer time with a transfer spread),
+and the draw with the median makespan is the result.
 
 Activation memory of a stage is allocated when its F starts and freed when its B ends
 (with split backward: partly when I ends, the rest when W ends; see sim.costs).
@@ -73,7 +74,7 @@ def simulate(schedule_or_program: Schedule | Program, costs: CostModel) -> SimRe
         raise TypeError(f"simulate() takes a Schedule or a Program, not {type(schedule_or_program).__name__}")
     resolved = costs.for_schedule(program.schedule)
     compiled = compile_program(program, resolved)
-    if resolved.spread:
+    if resolved.spread or resolved.transfer_spread:
         records = median_draw(compiled, resolved)
     else:
         records = replay(compiled, resolved.contention, resolved.send_overhead, resolved.recv_overhead)
@@ -140,13 +141,17 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
     return Compiled(tuple(ops), transfer_count(n, m), p * p)
 
 
-def spread_draw(compiled: Compiled, spread, draw: int) -> Compiled:
-    """`compiled` with each compute op's time scaled by its factor of draw `draw` (sim.costs)."""
+def spread_draw(compiled: Compiled, costs: ResolvedCosts, draw: int) -> Compiled:
+    """`compiled` with each compute op's time and each SEND's transfer time scaled by its
+    factor of draw `draw` (sim.costs.spread_factors)."""
     ops = []
     for rank, row in enumerate(compiled.ops):
-        factors = spread_factors(spread, draw, rank, len(row))
+        compute = spread_factors(costs.spread, draw, rank, len(row))
+        transfer = spread_factors(costs.transfer_spread, draw, rank, len(row), "transfer")
         ops.append(tuple(
-            (_COMPUTE, round(op[1] * f), op[2], op[3]) if op[0] == _COMPUTE else op for op, f in zip(row, factors)
+            (_COMPUTE, round(op[1] * f), op[2], op[3]) if op[0] == _COMPUTE
+            else (_SEND, op[1], round(op[2] * t), op[3]) if op[0] == _SEND else op
+            for op, f, t in zip(row, compute, transfer)
         ))
     return Compiled(tuple(ops), compiled.num_transfers, compiled.num_links)
 
@@ -156,7 +161,7 @@ def median_draw(compiled: Compiled, costs: ResolvedCosts) -> list[RankRecord]:
     (lower median, ties by draw number)."""
     draws = []
     for draw in range(costs.draws):
-        records = replay(spread_draw(compiled, costs.spread, draw), costs.contention, costs.send_overhead,
+        records = replay(spread_draw(compiled, costs, draw), costs.contention, costs.send_overhead,
                          costs.recv_overhead)
         draws.append((max((r.times[-1] for r in records if r.times), default=0), draw, records))
     draws.sort(key=lambda x: (x[0], x[1]))

@@ -149,7 +149,7 @@ def transfer_ns(costs: CostModel, send: Action) -> int:
     return round(costs.p2p_latency * NS) + round(sizes[boundary])  # one byte per ns
 
 
-def critical_path(program, costs: CostModel, factors=None) -> dict[tuple[int, int], tuple[int, int]]:
+def critical_path(program, costs: CostModel, factors=None, transfer_factors=None) -> dict[tuple[int, int], tuple[int, int]]:
     """(rank, index) -> (start, end): longest paths over the program's dependency graph.
 
     Nodes: ('s', rank, i) and ('e', rank, i) per action, plus ('w', rank, i), the moment a
@@ -159,12 +159,18 @@ def critical_path(program, costs: CostModel, factors=None) -> dict[tuple[int, in
     SEND is when its rank moves on); s(SEND) -> w(SEND); w(SEND) ->
     e(RECV) weighted by the transfer time; with link contention also w(previous SEND on the
     same directed link) -> w(SEND), weighted by that previous transfer's time. A SEND's row
-    is its time on the wire. `factors[rank][i]` (optional) scales compute action i of rank.
+    is its time on the wire. `factors[rank][i]` (optional) scales compute action i of rank,
+    `transfer_factors[rank][i]` the transfer time of SEND i of rank.
     """
     s2r = program.schedule.stage_to_rank
     edges: dict[tuple, list[tuple[tuple, int]]] = defaultdict(list)
     nodes = []
     where = {}
+
+    def wire_ns(rank: int, i: int, action: Action) -> int:
+        ns = transfer_ns(costs, action)
+        return ns if transfer_factors is None else round(ns * transfer_factors[rank][i])
+
     last_on_link: dict[tuple[int, int], tuple[tuple, int]] = {}
     for rank, stream in enumerate(program.streams):
         last_compute = None
@@ -185,11 +191,11 @@ def critical_path(program, costs: CostModel, factors=None) -> dict[tuple[int, in
                 if costs.link_contention and link in last_on_link:
                     previous, busy = last_on_link[link]
                     edges[previous].append((wire, busy))
-                last_on_link[link] = (wire, transfer_ns(costs, action))
+                last_on_link[link] = (wire, wire_ns(rank, i, action))
     for action, (rank, i) in where.items():
         if action.kind.is_send:
             r2, i2 = where[action.matching()]
-            edges[("w", rank, i)].append((("e", r2, i2), transfer_ns(costs, action)))
+            edges[("w", rank, i)].append((("e", r2, i2), wire_ns(rank, i, action)))
     indegree = {node: 0 for node in nodes}
     for u in edges:
         for v, _ in edges[u]:
@@ -210,7 +216,7 @@ def critical_path(program, costs: CostModel, factors=None) -> dict[tuple[int, in
     for action, (rank, i) in where.items():
         if action.kind.is_send:
             wire = dist[("w", rank, i)]
-            out[(rank, i)] = (wire, wire + transfer_ns(costs, action))
+            out[(rank, i)] = (wire, wire + wire_ns(rank, i, action))
         else:
             out[(rank, i)] = (dist[("s", rank, i)], dist[("e", rank, i)])
     return out
@@ -302,27 +308,32 @@ def test_contention_matches_oracle(seed: int) -> None:
 def spread_oracle(program, costs: CostModel):
     """The spread's result by the oracle: longest paths of every draw, with the factors drawn
     here as the costs module documents them (random.Random seeded by draw and rank, choices
-    over the list); the draw with the median makespan (lower median, ties by draw)."""
-    import random as _random
+    over the list; none for an empty list); the draw with the median makespan (lower median,
+    ties by draw)."""
+    def drawn(what: str, spread, draw: int):
+        if not spread:
+            return None
+        return [random.Random(f"bubblescope-{what}:{draw}:{rank}").choices(spread, k=len(stream))
+                for rank, stream in enumerate(program.streams)]
 
     draws = []
     for draw in range(costs.spread_draws):
-        factors = [_random.Random(f"bubblescope-spread:{draw}:{rank}").choices(costs.duration_spread, k=len(stream))
-                   for rank, stream in enumerate(program.streams)]
-        times = critical_path(program, costs, factors)
+        times = critical_path(program, costs, drawn("spread", costs.duration_spread, draw),
+                              drawn("transfer", costs.transfer_spread, draw))
         draws.append((max(end for _, end in times.values()), draw, times))
     draws.sort(key=lambda x: x[:2])
     return draws[(len(draws) - 1) // 2][2]
 
 
-@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("seed", range(30))
 def test_spread_matches_oracle(seed: int) -> None:
-    """With a duration spread, the engine's result is the oracle's median draw, time for time."""
+    """With a duration and/or transfer spread, the engine's result is the oracle's median draw, time for time."""
     rng = random.Random(30_000 + seed)
     schedule = random_schedule(rng) if seed % 2 else registered_schedule(rng)
     base = random_costs(rng, schedule, contention=bool(seed % 3))
-    spread = tuple(rng.choice([0.5, 0.8, 1.0, 1.25, 1.7]) for _ in range(rng.randint(1, 6)))
-    costs = dataclasses.replace(base, duration_spread=spread, spread_draws=rng.randint(1, 7))
+    spread = tuple(rng.choice([0.5, 0.8, 1.0, 1.25, 1.7]) for _ in range(rng.randint(0, 6)))
+    transfer = tuple(rng.choice([0.3, 1.0, 2.5]) for _ in range(rng.randint(0 if spread else 1, 4)))
+    costs = dataclasses.replace(base, duration_spread=spread, transfer_spread=transfer, spread_draws=rng.randint(1, 7))
     program = schedules.lower(schedule)
     expected = spread_oracle(program, costs)
     result = simulate(program, costs)
