@@ -14,14 +14,16 @@ prints:
   (``trace``), and with each (rank, stage, kind)'s mean duration of that step (``step mean``).
   ``trace`` vs measured says whether the dependency structure, transfers and overheads are
   right; ``step mean`` vs ``trace`` is what replaying mean costs loses to the spread of the
-  durations (a step's makespan is a max over paths); the median over steps of ``step mean`` vs
-  a replay of the run's median costs is what step-to-step drift of the machine's speed does.
+  durations (a step's makespan is a max over paths);
+- the self-replay with typical costs, with the compute spread, and with the transfer spread
+  too (the calibration's model).
 
 Writes nothing; the numbers are what README's "Where the time goes at small microbatches" quotes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -129,6 +131,12 @@ def diagnose(path: str) -> None:
           f"({np.median(trace) / np.median(mk) - 1:+.1%}); step-mean replay {np.median(mean_rep):.2f} "
           f"({np.median(mean_rep) / np.median(mk) - 1:+.1%}); calibrated replay {sim.makespan * 1e3:.2f} "
           f"({sim.makespan * 1e3 / np.median(mk) - 1:+.1%})")
+    plain = dataclasses.replace(costs, duration_spread=(), transfer_spread=())
+    compute_only = dataclasses.replace(costs, transfer_spread=())
+    ms = np.median(st)
+    print("self-replay step time vs measured median: " + "; ".join(
+        f"{label} {simulate(program, c).step_time * 1e3:.2f} ms ({simulate(program, c).step_time * 1e3 / ms - 1:+.1%})"
+        for label, c in (("typical costs", plain), ("+ compute spread", compute_only), ("+ transfer spread", costs))))
     per_step = trace / mk - 1
     print(f"trace replay error per step: median {np.median(per_step):+.1%}, min {per_step.min():+.1%}, "
           f"max {per_step.max():+.1%}")

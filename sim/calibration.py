@@ -83,7 +83,9 @@ miss (error beyond the spread) from a noisy machine (spread as large as the erro
 
 **Several runs** (`calibrate_runs`, same model and microbatch size): each run is fitted
 alone, then every scalar parameter and every per-layer fit is the mean over the runs
-(a role's fixed term over the runs that have it), the spread's quantiles are those of
+(a role's fixed term over the runs that have it; a kind over the runs that have it, so
+that a 1F1B run and a zero-bubble run together give B as well as I and W), the spread's
+quantiles are those of
 all runs' residuals together, and the quality is reported for each run.
 
 Predictions hold for the same model at the same microbatch size (rows per
@@ -356,7 +358,8 @@ def _combine(calibrations: list[Calibration], runs: Sequence[MeasuredRun]) -> Ca
     compute = None
     if first.compute is not None:
         compute = {}
-        for kind in first.compute:
+        kinds = [k for k in COMPUTE_NAMES if any(k in c.compute for c in calibrations)]
+        for kind in kinds:  # a 1F1B run gives F and B, a zero-bubble one F, I and W: keep all
             fits = [c.compute[kind] for c in calibrations if kind in c.compute]
             roles = sorted({r for f in fits for r in f.fixed}, key=ROLES.index)
             compute[kind] = LinearCost(mean(f.per_layer for f in fits),
@@ -366,7 +369,8 @@ def _combine(calibrations: list[Calibration], runs: Sequence[MeasuredRun]) -> Ca
         "step_overhead", "p2p_latency")}
     inverse = [1.0 / c.p2p_bandwidth for c in calibrations]
     bandwidth = math.inf if not any(inverse) else 1.0 / mean(inverse)
-    ratio = {k: mean(c.speed_ratio[k] for c in calibrations if k in c.speed_ratio) for k in first.speed_ratio}
+    ratio = {k: mean(c.speed_ratio[k] for c in calibrations if k in c.speed_ratio)
+             for k in COMPUTE_NAMES if any(k in c.speed_ratio for c in calibrations)}
     return replace(first, compute=compute, speed_ratio=ratio, p2p_bandwidth=bandwidth,
                    source={**first.source, "runs": [str(r.path) for r in runs]}, **scalars)
 
