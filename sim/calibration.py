@@ -35,6 +35,12 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   (a group's own mean is closer to its members than the true level is), summarised as
   SPREAD_QUANTILES evenly spaced quantiles, which the simulator draws from
   (sim.costs; SPREAD_DRAWS replays, median draw).
+- **rank_spread**: slowness shared by a rank's compute in a step (a rank that loses its
+  core for a while slows all its actions at once; independent draws per action would
+  average that out): per step and rank, the sum of its compute durations over the sum of
+  their typical costs (the median over steps of each stage, kind and switching's step
+  mean, as above), as SPREAD_QUANTILES quantiles; the simulator gives each rank one such
+  factor per draw.
 - **transfer_spread**: the same for transfer times: each in-run transfer time (below)
   over their mean, as SPREAD_QUANTILES quantiles. On a loaded machine a transfer waits
   for the sending or receiving thread to get a core, and both ranks then wait in RECV
@@ -161,6 +167,7 @@ class Calibration:
     p2p_bandwidth: float = math.inf
     duration_spread: tuple[float, ...] = ()
     transfer_spread: tuple[float, ...] = ()
+    rank_spread: tuple[float, ...] = ()
     diagnostics: Mapping[str, Any] = field(default_factory=dict)
     quality: Mapping[str, Any] = field(default_factory=dict)
 
@@ -225,6 +232,7 @@ class Calibration:
             switch_backward=self.switch_backward,
             duration_spread=self.duration_spread,
             transfer_spread=self.transfer_spread,
+            rank_spread=self.rank_spread,
             spread_draws=SPREAD_DRAWS,
         )
 
@@ -268,6 +276,10 @@ class Calibration:
             cv = float(np.std(self.duration_spread) / np.mean(self.duration_spread))
             lines.append(f"  compute time spread within a step: CV {cv:.2f}, 10/50/90th percentile x{q[0]:.2f} "
                          f"x{q[1]:.2f} x{q[2]:.2f} (replayed {SPREAD_DRAWS} times, median draw)")
+        if self.rank_spread:
+            q = np.quantile(self.rank_spread, [0.1, 0.5, 0.9])
+            lines.append(f"  a rank's compute in a step: 10/50/90th percentile x{q[0]:.2f} x{q[1]:.2f} x{q[2]:.2f} "
+                         "of its typical")
         if self.transfer_spread:
             q = np.quantile(self.transfer_spread, [0.1, 0.5, 0.9])
             lines.append(f"  transfer time spread: 10/50/90th percentile x{q[0]:.2f} x{q[1]:.2f} x{q[2]:.2f} of the mean")
@@ -304,6 +316,7 @@ class Calibration:
             values["stages"] = tuple(values["stages"])
             values["duration_spread"] = tuple(values.get("duration_spread", ()))
             values["transfer_spread"] = tuple(values.get("transfer_spread", ()))
+            values["rank_spread"] = tuple(values.get("rank_spread", ()))
             if values.get("compute") is not None:
                 values["compute"] = {k: LinearCost(**v) for k, v in values["compute"].items()}
             for key in ("activation", "weight_memory"):
@@ -343,9 +356,9 @@ def calibrate_runs(runs: Sequence[MeasuredRun]) -> Calibration:
         if (c.compute is None) != (first.compute is None):
             raise CostError(f"{run.path} and {runs[0].path}: either all runs have a profile.json or none")
     calibration = first if len(fitted) == 1 else _combine([c for c, _ in fitted], runs)
-    pooled = [np.concatenate([r[j] for _, r in fitted]) for j in (0, 1)]
+    pooled = [np.concatenate([r[j] for _, r in fitted]) for j in (0, 1, 2)]
     calibration = replace(calibration, duration_spread=spread_quantiles(pooled[0]),
-                          transfer_spread=spread_quantiles(pooled[1]))
+                          transfer_spread=spread_quantiles(pooled[1]), rank_spread=spread_quantiles(pooled[2]))
     return replace(calibration, quality=quality_of(calibration, runs))
 
 
@@ -413,8 +426,8 @@ def quality_lines(quality: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _fit_one(run: MeasuredRun) -> tuple[Calibration, tuple[np.ndarray, np.ndarray]]:
-    """Every parameter fitted from one run, and the run's compute and transfer spread
+def _fit_one(run: MeasuredRun) -> tuple[Calibration, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Every parameter fitted from one run, and the run's compute, transfer and rank spread
     residuals (no quality yet)."""
     schedule = run.program.schedule
     stages = run_stages(run)
@@ -458,7 +471,7 @@ def _fit_one(run: MeasuredRun) -> tuple[Calibration, tuple[np.ndarray, np.ndarra
         p2p_latency=latency,
         p2p_bandwidth=bandwidth,
         diagnostics=diagnostics,
-    ), (spread_residuals(run), transfer_residuals(run))
+    ), (spread_residuals(run), transfer_residuals(run), rank_residuals(run))
 
 
 def run_stages(run: MeasuredRun) -> list[dict[str, Any]]:
@@ -519,6 +532,22 @@ def spread_residuals(run: MeasuredRun) -> np.ndarray:
     ratio = (frame["duration"] / mean)[keep].to_numpy()
     n = size[keep].to_numpy()
     return 1.0 + (ratio - 1.0) * np.sqrt(n / (n - 1.0))
+
+
+def rank_residuals(run: MeasuredRun) -> np.ndarray:
+    """Per step and rank: its compute durations' sum over the sum of their typical costs
+    (module docstring)."""
+    timeline = run.timeline
+    frame = pd.DataFrame({
+        "step": timeline["step"], "rank": timeline["rank"], "stage": timeline["stage"], "kind": timeline["kind"],
+        "switch": _switch_flags(run), "duration": timeline["end"] - timeline["start"],
+    })[timeline["kind"].isin(COMPUTE_NAMES)]
+    keys = ["stage", "kind", "switch"]
+    typical = frame.groupby(keys + ["step"])["duration"].mean().groupby(level=[0, 1, 2]).median()
+    frame = frame.join(typical.rename("typical"), on=keys)
+    sums = frame.groupby(["step", "rank"])[["duration", "typical"]].sum()
+    sums = sums[sums["typical"] > 0]
+    return (sums["duration"] / sums["typical"]).to_numpy()
 
 
 def transfer_residuals(run: MeasuredRun) -> np.ndarray:

@@ -56,6 +56,9 @@ result is the draw whose makespan is the median (lower median; ties by draw numb
 ``transfer_spread`` does the same for transfer times (each SEND's transfer, on the
 wire and on its link, multiplied by its factor; factors drawn from their own seeded
 stream), for machines where a transfer's time varies as much as a compute action's.
+``rank_spread`` is slowness shared by all of a rank's compute in one step (a rank that
+loses its core for a while): each draw gives each rank one factor from the list (its own
+seeded stream), which multiplies every compute action of that rank besides its own factor.
 
 Memory: ``activation_memory`` bytes per microbatch per stage are allocated when its F
 starts and freed when its B ends. With split backward, ``weight_memory`` of them stay
@@ -132,8 +135,8 @@ class ResolvedCosts:
     `memory[s]`: activation bytes of one microbatch on stage s; `weight_memory[s]`: the
     part of it kept from I until W; `static[r]`: static bytes of rank r; `send_overhead`,
     `recv_overhead`, `step_overhead`, `switch_forward`, `switch_backward`: the executor
-    overheads of the cost model; `spread`, `transfer_spread`, `draws`: duration_spread,
-    transfer_spread and spread_draws.
+    overheads of the cost model; `spread`, `transfer_spread`, `rank_spread`, `draws`:
+    duration_spread, transfer_spread, rank_spread and spread_draws.
     """
 
     forward: tuple[int, ...]
@@ -153,6 +156,7 @@ class ResolvedCosts:
     switch_backward: int = 0
     spread: tuple[float, ...] = ()
     transfer_spread: tuple[float, ...] = ()
+    rank_spread: tuple[float, ...] = ()
     draws: int = 1
 
 
@@ -175,8 +179,9 @@ class CostModel:
     recv_overhead (least rank time per RECV), step_overhead (step time minus makespan),
     switch_forward / switch_backward (added to an F / a B, I or W that does not repeat
     its rank's previous compute action's stage and kind).
-    Spread (module docstring): duration_spread and transfer_spread (relative factors of
-    compute and transfer times, default none) and spread_draws (replays, default 9).
+    Spread (module docstring): duration_spread, transfer_spread and rank_spread (relative
+    factors of compute times, transfer times and a rank's compute in a step; default none)
+    and spread_draws (replays, default 9).
     """
 
     forward: PerStage
@@ -199,6 +204,7 @@ class CostModel:
     switch_backward: float = 0.0
     duration_spread: Sequence[float] = ()
     transfer_spread: Sequence[float] = ()
+    rank_spread: Sequence[float] = ()
     spread_draws: int = 9
 
     def __post_init__(self) -> None:
@@ -219,7 +225,7 @@ class CostModel:
             raise CostError(f"weight_memory_fraction must be within 0..1, got {fraction!r}")
         if not isinstance(self.link_contention, bool):
             raise CostError(f"link_contention must be true or false, got {self.link_contention!r}")
-        for name in ("duration_spread", "transfer_spread"):
+        for name in ("duration_spread", "transfer_spread", "rank_spread"):
             spread = getattr(self, name)
             if not isinstance(spread, (list, tuple)):
                 raise CostError(f"{name} must be a list of factors, got {spread!r}")
@@ -294,7 +300,8 @@ class CostModel:
             switch_backward=round(self.switch_backward * NS_PER_S),
             spread=self.duration_spread,
             transfer_spread=self.transfer_spread,
-            draws=self.spread_draws if self.duration_spread or self.transfer_spread else 1,
+            rank_spread=self.rank_spread,
+            draws=self.spread_draws if self.duration_spread or self.transfer_spread or self.rank_spread else 1,
         )
 
     def transfer_ns(self, num_bytes: float) -> int:
@@ -343,7 +350,7 @@ class CostModel:
 def spread_factors(spread: Sequence[float], draw: int, rank: int, count: int, what: str = "spread") -> list[float]:
     """The factors of draw `draw` for the first `count` positions of rank `rank`'s stream
     (every position gets one; compute actions use those of `what` = "spread", SENDs those of
-    "transfer"), all 1 for an empty `spread`. Seeded by (what, draw, rank) alone, so the
+    "transfer", and the rank's compute the first of "rank"), all 1 for an empty `spread`. Seeded by (what, draw, rank) alone, so the
     engine and any independent replay draw the same."""
     if not spread:
         return [1.0] * count

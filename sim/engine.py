@@ -18,7 +18,8 @@ Semantics (times are integer nanoseconds, so results are exact and deterministic
 
 With a duration spread (sim.costs) the program is replayed once per draw, each compute
 action's time (switch cost included) multiplied by its factor of `spread_factors` and
-rounded to the nanosecond (likewise each SEND's transfer time with a transfer spread),
+rounded to the nanosecond (times the rank's factor of the draw with a rank spread;
+likewise each SEND's transfer time with a transfer spread),
 and the draw with the median makespan is the result.
 
 Activation memory of a stage is allocated when its F starts and freed when its B ends
@@ -74,7 +75,7 @@ def simulate(schedule_or_program: Schedule | Program, costs: CostModel) -> SimRe
         raise TypeError(f"simulate() takes a Schedule or a Program, not {type(schedule_or_program).__name__}")
     resolved = costs.for_schedule(program.schedule)
     compiled = compile_program(program, resolved)
-    if resolved.spread or resolved.transfer_spread:
+    if resolved.draws > 1 or resolved.spread or resolved.transfer_spread or resolved.rank_spread:
         records = median_draw(compiled, resolved)
     else:
         records = replay(compiled, resolved.contention, resolved.send_overhead, resolved.recv_overhead)
@@ -148,8 +149,9 @@ def spread_draw(compiled: Compiled, costs: ResolvedCosts, draw: int) -> Compiled
     for rank, row in enumerate(compiled.ops):
         compute = spread_factors(costs.spread, draw, rank, len(row))
         transfer = spread_factors(costs.transfer_spread, draw, rank, len(row), "transfer")
+        shared = spread_factors(costs.rank_spread, draw, rank, 1, "rank")[0]
         ops.append(tuple(
-            (_COMPUTE, round(op[1] * f), op[2], op[3]) if op[0] == _COMPUTE
+            (_COMPUTE, round(op[1] * (f * shared)), op[2], op[3]) if op[0] == _COMPUTE
             else (_SEND, op[1], round(op[2] * t), op[3]) if op[0] == _SEND else op
             for op, f, t in zip(row, compute, transfer)
         ))

@@ -181,3 +181,26 @@ def test_cli_calibrates_several_runs_and_stores_the_quality(runs, tmp_path, caps
     assert len(stored["quality"]["runs"]) == 2 and stored["quality"]["warnings"] == []
     assert main(["compare", "--measured", str(runs / "interleaved"), "--costs", str(out)]) == 0
     assert "measured spread, IQR / median: 0.0%" in capsys.readouterr().out
+
+
+def test_rank_spread_recovered_from_known_step_factors(runs):
+    """Every compute action of rank r in step k takes g[k][r] times its cost. Each rank's median
+    over the 3 steps is 1, so the typical costs are the machine's and the rank residuals are
+    exactly the g's; within a step every group scales alike, so there is no duration spread."""
+    g = {0: (1.0, 0.8, 1.5), 1: (1.2, 1.0, 0.9)}
+    run = read_measured(runs / "1f1b")
+    tl = run.timeline.copy()
+    compute = tl["kind"].isin(["F", "B"])
+    factor = [g[r][k] if c else 1.0 for r, k, c in zip(tl["rank"], tl["step"], compute)]
+    tl["end"] = tl["start"] + (tl["end"] - tl["start"]) * factor
+    run = dataclasses.replace(run, timeline=tl)
+    from sim.calibration import rank_residuals
+
+    assert sorted(rank_residuals(run)) == pytest.approx(sorted(g[0] + g[1]), rel=1e-9)
+    c = calibrate(run)
+    assert c.duration_spread == ()
+    assert c.rank_spread == pytest.approx(spread_quantiles(np.array(g[0] + g[1])))
+    from sim import simulate
+
+    plain = dataclasses.replace(c.for_run(run), rank_spread=())
+    assert simulate(run.program, c.for_run(run)).makespan > simulate(run.program, plain).makespan

@@ -318,8 +318,12 @@ def spread_oracle(program, costs: CostModel):
 
     draws = []
     for draw in range(costs.spread_draws):
-        times = critical_path(program, costs, drawn("spread", costs.duration_spread, draw),
-                              drawn("transfer", costs.transfer_spread, draw))
+        factors = drawn("spread", costs.duration_spread, draw) or [[1.0] * len(s) for s in program.streams]
+        if costs.rank_spread:  # one factor per rank and draw, on top of each action's own
+            shared = [random.Random(f"bubblescope-rank:{draw}:{rank}").choices(costs.rank_spread, k=1)[0]
+                      for rank in range(len(program.streams))]
+            factors = [[f * shared[rank] for f in row] for rank, row in enumerate(factors)]
+        times = critical_path(program, costs, factors, drawn("transfer", costs.transfer_spread, draw))
         draws.append((max(end for _, end in times.values()), draw, times))
     draws.sort(key=lambda x: x[:2])
     return draws[(len(draws) - 1) // 2][2]
@@ -327,13 +331,15 @@ def spread_oracle(program, costs: CostModel):
 
 @pytest.mark.parametrize("seed", range(30))
 def test_spread_matches_oracle(seed: int) -> None:
-    """With a duration and/or transfer spread, the engine's result is the oracle's median draw, time for time."""
+    """With duration, transfer and/or rank spreads, the engine's result is the oracle's median draw, time for time."""
     rng = random.Random(30_000 + seed)
     schedule = random_schedule(rng) if seed % 2 else registered_schedule(rng)
     base = random_costs(rng, schedule, contention=bool(seed % 3))
     spread = tuple(rng.choice([0.5, 0.8, 1.0, 1.25, 1.7]) for _ in range(rng.randint(0, 6)))
     transfer = tuple(rng.choice([0.3, 1.0, 2.5]) for _ in range(rng.randint(0 if spread else 1, 4)))
-    costs = dataclasses.replace(base, duration_spread=spread, transfer_spread=transfer, spread_draws=rng.randint(1, 7))
+    shared = tuple(rng.choice([0.9, 1.0, 1.6]) for _ in range(rng.randint(0, 3)))
+    costs = dataclasses.replace(base, duration_spread=spread, transfer_spread=transfer, rank_spread=shared,
+                                spread_draws=rng.randint(1, 7))
     program = schedules.lower(schedule)
     expected = spread_oracle(program, costs)
     result = simulate(program, costs)
