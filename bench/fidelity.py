@@ -6,7 +6,7 @@ A shape group is (model, rows per microbatch, p). Each group's runs hold the loc
 /work/wt/cpu.lock (fcntl, as ``flock`` does) from the first to the last, so that other users'
 locked runs of the shared machine do not land between them:
 
-1. two calibration runs with ``--profile-layers --profile-p2p`` at m = 2p: 1F1B (F and B) and
+1. in each round (below), two calibration runs with ``--profile-layers --profile-p2p`` at m = 2p: 1F1B (F and B) and
    ZB-H1 (F, I and W), calibrated alone (``1f1b``) and together (``1f1b+zb-h1``,
    `sim.calibration.calibrate_runs`); each calibration's self-replay error and the run's
    step-time spread come from its quality report;
@@ -17,9 +17,15 @@ locked runs of the shared machine do not land between them:
    also from the p = 2 group's 1F1B calibration of the same model and rows (4 ranks share 2
    cores there, and the p = 2 calibration has not seen that).
 
-Measured value: the run's median step time; spread: its step times' interquartile range over
-the median. Ordering: for each group and m, every pair of schedules whose step-time IQRs do
-not overlap must be ordered by the prediction as measured. Writes OUT/results.csv,
+Every held-out case runs --rounds times, round-robin within its group (the calibration runs,
+then all cases, then all again), so that the machine's drift hits every case alike; each
+round's runs are predicted by that round's calibrations (the machine's speed drifts by 1.5x
+over minutes when others load it). Each run also records the share of the CPUs that other processes took while it ran
+(``load.json``; /proc/stat minus our children's CPU time). Measured value: the median over rounds of each run's
+median step time; predicted: the median over rounds of the predictions; spread: the runs' step-time interquartile range over the
+median (median over rounds); range: lowest to highest of the rounds' medians. Ordering: for each
+group and m, every pair of schedules whose ranges do not overlap must be ordered by the
+prediction as measured. Writes OUT/results.csv,
 OUT/summary.json, the figure (predicted vs measured, from the 1F1B calibration), and prints
 markdown tables. ``--reuse`` reads runs that already exist; ``--groups`` picks groups by name
 (e.g. ``mlp-8-p2``).
@@ -31,6 +37,9 @@ import argparse
 import fcntl
 import itertools
 import json
+import os
+import resource
+import shutil
 import socket
 import subprocess
 import sys
@@ -74,6 +83,8 @@ def run_case(out: Path, model: str, rows: int, p: int, schedule: str, m: int, st
     """One executor run (under the CPU lock); returns its directory."""
     if reuse and (out / "summary.json").is_file():
         return out
+    if out.exists():
+        shutil.rmtree(out)  # a run cut short
     out.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(p),
                "--master-port", str(free_port()), "-m", "runtime", "--schedule", schedule, "--microbatches", str(m),
@@ -83,12 +94,34 @@ def run_case(out: Path, model: str, rows: int, p: int, schedule: str, m: int, st
         command += ["--chunks", str(CHUNKS[schedule])]
     if profile:
         command += ["--profile-layers", "--profile-p2p"]
-    started = time.time()
+    started, jiffies, ours = time.time(), cpu_jiffies(), children_cpu()
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
-    print(f"  {out.name}: {time.time() - started:.1f} s", file=sys.stderr, flush=True)
+    wall = time.time() - started
+    # CPU time others took while the run ran, as a share of the machine (/proc/stat minus our children)
+    others = max((cpu_jiffies() - jiffies) / os.sysconf("SC_CLK_TCK") - (children_cpu() - ours), 0.0) / (
+        wall * os.cpu_count())
+    (out / "load.json").write_text(json.dumps({"wall_seconds": wall, "others_cpu_share": others}) + "\n")
+    print(f"  {out.name}: {wall:.1f} s, others took {100 * others:.0f}% of the CPUs", file=sys.stderr, flush=True)
     return out
+
+
+def cpu_jiffies() -> int:
+    """Busy jiffies of the whole machine (user + nice + system + irq + softirq + steal)."""
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in f.readline().split()[1:9])
+    return user + nice + system + irq + softirq + steal
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def others_share(run_dir: Path) -> float:
+    path = run_dir / "load.json"
+    return json.loads(path.read_text())["others_cpu_share"] if path.is_file() else float("nan")
 
 
 def spread(times) -> tuple[float, float, float]:
@@ -112,6 +145,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--calibration-steps", type=int, default=12)
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--reuse", action="store_true")
     args = parser.parse_args()
     root = Path(args.out)
@@ -126,31 +160,44 @@ def main() -> int:
         lock = open(LOCK, "a")
         fcntl.flock(lock, fcntl.LOCK_EX)
         print(f"  lock taken ({time.time() - began:.0f} s in)", file=sys.stderr, flush=True)
-        cal_runs = {s: read_measured(run_case(base / f"calibrate-{s}", model, rows, p, s, 2 * p,
-                                              args.calibration_steps, args.warmup, True, args.reuse))
-                    for s in ("1f1b", "zb-h1")}
-        calibrations = {"1f1b": calibrate(cal_runs["1f1b"]),
-                        "1f1b+zb-h1": calibrate_runs([cal_runs["1f1b"], cal_runs["zb-h1"]])}
+        cases = list(itertools.product(SCHEDULES, (p, 4 * p)))
+        measured = {case: [] for case in cases}
+        rounds = []  # per round: its calibrations
+        for k in range(args.rounds):
+            suffix = "" if k == 0 else f"-r{k}"
+            cal_runs = {s: read_measured(run_case(base / f"calibrate-{s}{suffix}", model, rows, p, s, 2 * p,
+                                                  args.calibration_steps, args.warmup, True, args.reuse))
+                        for s in ("1f1b", "zb-h1")}
+            rounds.append({"1f1b": calibrate(cal_runs["1f1b"]),
+                           "1f1b+zb-h1": calibrate_runs([cal_runs["1f1b"], cal_runs["zb-h1"]])})
+            for schedule, m in cases:
+                measured[(schedule, m)].append(read_measured(run_case(
+                    base / f"{schedule}-m{m}{suffix}", model, rows, p, schedule, m, args.steps, args.warmup, False,
+                    args.reuse)))
+        lock.close()  # releases the lock
         if p == 2:
-            p2_calibrations[(model, rows)] = calibrations["1f1b"]
-        for label, c in calibrations.items():
-            for entry in c.quality["runs"]:
-                calib_out.append({"group": name, "calibration": label, **entry})
-        for schedule, m in itertools.product(SCHEDULES, (p, 4 * p)):
-            run = read_measured(run_case(base / f"{schedule}-m{m}", model, rows, p, schedule, m, args.steps,
-                                         args.warmup, False, args.reuse))
-            q1, mid, q3 = spread(run.step_times)
-            row = {"group": name, "model": model, "rows": rows, "p": p, "schedule": schedule, "m": m,
-                   "measured_ms": mid * 1e3, "q1_ms": q1 * 1e3, "q3_ms": q3 * 1e3, "spread": (q3 - q1) / mid}
+            p2_calibrations[(model, rows)] = [c["1f1b"] for c in rounds]
+        for k, calibrations in enumerate(rounds):
             for label, c in calibrations.items():
-                predicted = predict(c, run)
+                for entry in c.quality["runs"]:
+                    calib_out.append({"group": name, "round": k, "calibration": label, **entry})
+        for (schedule, m), runs in measured.items():
+            medians = [float(np.median(r.step_times)) for r in runs]
+            mid = float(np.median(medians))
+            spreads = [(q3 - q1) / q2 for q1, q2, q3 in (spread(r.step_times) for r in runs)]
+            row = {"group": name, "model": model, "rows": rows, "p": p, "schedule": schedule, "m": m,
+                   "measured_ms": mid * 1e3, "q1_ms": min(medians) * 1e3, "q3_ms": max(medians) * 1e3,
+                   "spread": float(np.median(spreads)), "rounds": len(runs),
+                   "others_cpu": float(np.nanmax([others_share(r.path) for r in runs]))}
+            for label in rounds[0]:
+                # each round's runs predicted by that round's calibration, then the median over rounds
+                predicted = float(np.median([predict(c[label], r) for c, r in zip(rounds, runs)]))
                 row[f"pred_{label}_ms"] = predicted * 1e3
                 row[f"err_{label}"] = predicted / mid - 1
             if p == 4 and (model, rows) in p2_calibrations:
-                predicted = predict(p2_calibrations[(model, rows)], run)
+                predicted = float(np.median([predict(c, r) for c, r in zip(p2_calibrations[(model, rows)], runs)]))
                 row["pred_p2_ms"], row["err_p2"] = predicted * 1e3, predicted / mid - 1
             rows_out.append(row)
-        lock.close()  # releases the lock
         pd.DataFrame(rows_out).to_csv(root / "results.csv", index=False)
         pd.DataFrame(calib_out).to_csv(root / "calibrations.csv", index=False)
     table = pd.DataFrame(rows_out)
@@ -183,7 +230,7 @@ def summarize(table: pd.DataFrame, calib: pd.DataFrame) -> dict:
 
 
 def ordering(g: pd.DataFrame, column: str) -> dict:
-    """Pairs (same m) whose step-time IQRs do not overlap, and how many the prediction orders so."""
+    """Pairs (same m) whose rounds' ranges do not overlap, and how many the prediction orders so."""
     pairs, agreed, missed = 0, 0, []
     for _, h in g.groupby("m"):
         for (_, a), (_, b) in itertools.combinations(h.iterrows(), 2):
@@ -197,15 +244,15 @@ def ordering(g: pd.DataFrame, column: str) -> dict:
 
 
 def print_tables(table: pd.DataFrame, calib: pd.DataFrame, summary: dict) -> None:
-    print("| group | calibration | run | measured ms | simulated ms | self-replay error | step-time spread |")
-    print("|---|---|---|---:|---:|---:|---:|")
+    print("| group | round | calibration | run | measured ms | simulated ms | self-replay error | step-time spread |")
+    print("|---|---:|---|---|---:|---:|---:|---:|")
     for _, r in calib.iterrows():
-        print(f"| {r['group']} | {r['calibration']} | {r['schedule']} | {r['step_time_measured'] * 1e3:.2f} | "
+        print(f"| {r['group']} | {r['round']} | {r['calibration']} | {r['schedule']} | {r['step_time_measured'] * 1e3:.2f} | "
               f"{r['step_time_simulated'] * 1e3:.2f} | {100 * r['self_replay_error']:+.1f}% | "
               f"{100 * r['step_time_spread']:.1f}% |")
     print()
     has_p2 = "err_p2" in table.columns
-    print("| group | schedule | m | measured ms (IQR) | spread | from 1f1b | error | from 1f1b+zb-h1 | error |"
+    print("| group | schedule | m | measured ms (range of rounds) | spread in a run | from 1f1b | error | from 1f1b+zb-h1 | error |"
           + (" from p=2 1f1b | error |" if has_p2 else ""))
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if has_p2 else ""))
     for _, r in table.iterrows():
@@ -217,7 +264,7 @@ def print_tables(table: pd.DataFrame, calib: pd.DataFrame, summary: dict) -> Non
                      else " | |")
         print(line)
     print()
-    print("| group | median spread | calibration | MAPE | largest error | ordering (pairs beyond IQR) |")
+    print("| group | median spread | calibration | MAPE | largest error | ordering (pairs beyond the rounds' range) |")
     print("|---|---:|---|---:|---|---|")
     for name, entry in summary["groups"].items():
         for label, s in entry.items():
@@ -242,7 +289,7 @@ def figure(table: pd.DataFrame, path: str) -> None:
     lo, hi = table["measured_ms"].min() * 0.8, table["measured_ms"].max() * 1.2
     ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
     ax.fill_between([lo, hi], [lo * 0.95, hi * 0.95], [lo * 1.05, hi * 1.05], color="0.85", label="within 5%")
-    ax.set(xscale="log", yscale="log", xlabel="measured step time, ms (median, bar: IQR)",
+    ax.set(xscale="log", yscale="log", xlabel="measured step time, ms (median of rounds, bar: their range)",
            ylabel="predicted from the group's 1F1B run, ms", title="held-out runs, every schedule (bench/fidelity.py)")
     ax.legend(fontsize=7)
     fig.tight_layout()

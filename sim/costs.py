@@ -181,7 +181,7 @@ class CostModel:
     its rank's previous compute action's stage and kind).
     Spread (module docstring): duration_spread, transfer_spread and rank_spread (relative
     factors of compute times, transfer times and a rank's compute in a step; default none)
-    and spread_draws (replays, default 9).
+    and spread_draws (replays, default 49).
     """
 
     forward: PerStage
@@ -205,7 +205,7 @@ class CostModel:
     duration_spread: Sequence[float] = ()
     transfer_spread: Sequence[float] = ()
     rank_spread: Sequence[float] = ()
-    spread_draws: int = 9
+    spread_draws: int = 49
 
     def __post_init__(self) -> None:
         for name in ("forward", "p2p_activation_bytes", "activation_memory", "static_memory"):
