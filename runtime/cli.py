@@ -74,8 +74,9 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def load_program(args: argparse.Namespace, pipeline_ranks: int) -> schedules.Program:
-    """The program to run, from --program or --schedule; raises ConfigError."""
+def load_program(args: argparse.Namespace, pipeline_ranks: int, data_parallel: int = 1) -> schedules.Program:
+    """The program to run, from --program or --schedule (with gradient reductions when
+    `data_parallel` > 1; a program file without them gets them in `prepare`); raises ConfigError."""
     try:
         if args.program is not None:
             if args.schedule is not None:
@@ -88,7 +89,7 @@ def load_program(args: argparse.Namespace, pipeline_ranks: int) -> schedules.Pro
         if args.microbatches is None:
             raise ConfigError("--schedule needs --microbatches")
         schedule = schedules.build(args.schedule, ranks=pipeline_ranks, microbatches=args.microbatches, chunks=args.chunks)
-        return schedules.lower(schedule)
+        return schedules.lower(schedule, data_parallel)
     except schedules.ScheduleError as exc:
         raise ConfigError(str(exc)) from None
 
@@ -162,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rank, world, local_rank = _environment()
         layout = Layout.for_world(world, args.pp, args.dp, args.tp)
-        program = load_program(args, layout.pp)
+        program = load_program(args, layout.pp, layout.dp)
         spec = ModelSpec(
             model=args.model, layers=args.layers, hidden=args.hidden, batch_size=args.batch_size,
             heads=args.heads, seq_len=args.seq_len, vocab=args.vocab, seed=args.seed,
@@ -173,12 +174,13 @@ def main(argv: list[str] | None = None) -> int:
             split=parse_split(args.split), post_ahead=args.post_ahead, layout=layout,
         )
         model = build(spec)
-        prepare(program, model, options, world)  # every configuration error surfaces here, on every rank
+        program = prepare(program, model, options, world).program  # every configuration error surfaces here, on every rank
     except ConfigError as exc:
         print(f"rank {rank}: error: {exc}", file=sys.stderr)
         return 2
     schedule = program.schedule
-    out = args.out or Path("runs") / f"{schedule.name}-p{schedule.ranks}-m{schedule.microbatches}"
+    axes = "".join(f"-{axis}{n}" for axis, n in (("d", layout.dp), ("t", layout.tp)) if n > 1)
+    out = args.out or Path("runs") / f"{schedule.name}-p{schedule.ranks}-m{schedule.microbatches}{axes}"
     device = default_device()
     if device.type == "cuda":
         torch.cuda.set_device(device)

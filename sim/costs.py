@@ -44,6 +44,15 @@ the caches then hold another working set (another stage's weights, or the forwar
 data where the backward needs gradients). Stage costs are those of an action that
 repeats the previous one (GPipe's phases); 1F1B's steady state switches every action.
 
+Data parallelism: a program lowered for d > 1 replicas (``schedules.lower(schedule, d)``)
+holds one REDUCE_GRAD per stage. It all-reduces ``grad_reduce_bytes`` of that stage (per
+stage, scalar split over a rank's v stages like compute) over ``data_parallel`` = d ranks in
+``allreduce_latency + 2 (d - 1) / d x bytes / allreduce_bandwidth`` seconds: the ring
+all-reduce's alpha-beta cost (Thakur, Rabenseifner & Gropp, "Optimization of Collective
+Communication Operations in MPICH", 2005: each rank sends and receives 2 (d-1)/d of the
+data). It runs on the rank's collective resource, one reduction at a time, without
+blocking the rank's compute; the step ends when the last one has ended.
+
 Memory: ``activation_memory`` bytes per microbatch per stage are allocated when its F
 starts and freed when its B ends. With split backward, ``weight_memory`` of them stay
 allocated from the end of I until the end of W and the rest is freed when I ends: in
@@ -136,6 +145,7 @@ class ResolvedCosts:
     step_overhead: int = 0
     switch_forward: int = 0
     switch_backward: int = 0
+    reduce_grad: tuple[int, ...] = ()  # per stage: ns of its REDUCE_GRAD all-reduce
 
 
 @dataclass(frozen=True)
@@ -157,6 +167,9 @@ class CostModel:
     recv_overhead (least rank time per RECV), step_overhead (step time minus makespan),
     switch_forward / switch_backward (added to an F / a B, I or W that does not repeat
     its rank's previous compute action's stage and kind).
+    Data parallelism (module docstring): data_parallel (d, replicas), grad_reduce_bytes
+    (per stage), allreduce_latency (seconds), allreduce_bandwidth (bytes per second, default
+    unlimited).
     """
 
     forward: PerStage
@@ -177,6 +190,10 @@ class CostModel:
     step_overhead: float = 0.0
     switch_forward: float = 0.0
     switch_backward: float = 0.0
+    data_parallel: int = 1
+    grad_reduce_bytes: PerStage = 0
+    allreduce_latency: float = 0.0
+    allreduce_bandwidth: float = math.inf
 
     def __post_init__(self) -> None:
         for name in ("forward", "p2p_activation_bytes", "activation_memory", "static_memory"):
@@ -196,6 +213,13 @@ class CostModel:
             raise CostError(f"weight_memory_fraction must be within 0..1, got {fraction!r}")
         if not isinstance(self.link_contention, bool):
             raise CostError(f"link_contention must be true or false, got {self.link_contention!r}")
+        object.__setattr__(self, "grad_reduce_bytes", _as_values("grad_reduce_bytes", self.grad_reduce_bytes))
+        object.__setattr__(self, "allreduce_latency", _number("allreduce_latency", self.allreduce_latency))
+        if isinstance(self.data_parallel, bool) or not isinstance(self.data_parallel, int) or self.data_parallel < 1:
+            raise CostError(f"data_parallel must be a positive integer, got {self.data_parallel!r}")
+        bandwidth = self.allreduce_bandwidth
+        if isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float)) or not bandwidth > 0:
+            raise CostError(f"allreduce_bandwidth must be a number > 0 (bytes/s), got {bandwidth!r}")
 
     # ------------------------------------------------------------ as a cost source
     def for_stages(self, num_stages: int) -> "CostModel":
@@ -261,7 +285,15 @@ class CostModel:
             step_overhead=round(self.step_overhead * NS_PER_S),
             switch_forward=round(self.switch_forward * NS_PER_S),
             switch_backward=round(self.switch_backward * NS_PER_S),
+            reduce_grad=tuple(
+                self.allreduce_ns(b) for b in _per_stage("grad_reduce_bytes", self.grad_reduce_bytes, n, v)
+            ),
         )
+
+    def allreduce_ns(self, num_bytes: float) -> int:
+        """Nanoseconds of one ring all-reduce of `num_bytes` over `data_parallel` ranks."""
+        d = self.data_parallel
+        return round((self.allreduce_latency + 2 * (d - 1) / d * num_bytes / self.allreduce_bandwidth) * NS_PER_S)
 
     def transfer_ns(self, num_bytes: float) -> int:
         """Nanoseconds to move `num_bytes` across one link: latency + bytes / bandwidth."""
@@ -275,7 +307,7 @@ class CostModel:
             value = getattr(self, f.name)
             if isinstance(value, tuple):
                 value = list(value)
-            if f.name == "p2p_bandwidth" and math.isinf(value):
+            if f.name in ("p2p_bandwidth", "allreduce_bandwidth") and math.isinf(value):
                 value = None
             out[f.name] = value
         return out
@@ -292,8 +324,9 @@ class CostModel:
         if "forward" not in data:
             raise CostError("cost model has no 'forward' entry")
         values = dict(data)
-        if values.get("p2p_bandwidth", 0) is None:
-            values["p2p_bandwidth"] = math.inf
+        for name in ("p2p_bandwidth", "allreduce_bandwidth"):
+            if values.get(name, 0) is None:
+                values[name] = math.inf
         return cls(**values)
 
     def to_json(self, path: str | Path) -> None:
