@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         result = execute(program, model, options, device, on_ready=ready)
         profile = None
         if args.profile_layers or args.profile_p2p:
-            profile = collect(program, model, device, layers=args.profile_layers, p2p=args.profile_p2p)
+            profile = collect(program, model, device, layers=args.profile_layers, p2p=args.profile_p2p, layout=layout)
     except ConfigError as exc:
         print(f"rank {rank}: error: {exc}", file=sys.stderr)
         dist.destroy_process_group()

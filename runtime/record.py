@@ -113,6 +113,7 @@ def gather(plan, payloads: list[dict[str, Any]], backend: str, device: torch.dev
         "peak_activation_bytes": [p["peak_bytes"] for p in payloads],
         "peak_cuda_allocated_bytes": [p["peak_cuda_bytes"] for p in payloads] if device.type == "cuda" else None,
         "batch_bytes": payloads[0]["batch_bytes"],  # inputs and targets, held on every rank
+        "parameter_bytes": parameter_bytes(plan.model),
         "loss": loss,
         "stage_costs": stages,
         "backend": backend,
@@ -130,6 +131,16 @@ def gather(plan, payloads: list[dict[str, Any]], backend: str, device: torch.dev
         summary["check"] = check = _verdict(everyone, plan.options.tolerance)
         passed = check["passed"]
     return RunResult(rank=0, passed=passed, summary=summary, timeline=timeline, memory=memory, cuda_memory=cuda_memory)
+
+
+def parameter_bytes(model) -> dict[str, Any]:
+    """Bytes of the whole model's parameters (= of their gradients) by unit: what a stage's
+    REDUCE_GRAD all-reduces is the sum over its units, for any cut of the model."""
+    def size(module) -> int:
+        return 0 if module is None else sum(p.numel() * p.element_size() for p in module.parameters())
+
+    return {"prologue": size(model.prologue), "layers": [size(layer) for layer in model.layers],
+            "epilogue": size(model.epilogue)}
 
 
 def set_delivery_times(timeline, program) -> None:
