@@ -113,21 +113,32 @@ def test_printed_summary(run):
     assert format_summary(failed).endswith("; no gradient for b, c")
 
 
-def _payload(errors, loss_error, names=None):
-    return {"check": {"errors": errors, "loss_error": loss_error, "names": sorted(names or errors)}}
+def _payload(errors, loss, names=None, coords=(0, 0, 0), digest="d"):
+    """One rank's check payload: its gradients' errors, its last stage's loss (or None)."""
+    return {"coords": coords, "loss": loss,
+            "check": {"errors": errors, "reference_loss": 2.0, "names": sorted(names or errors), "grad_digest": digest}}
 
 
 def test_verdict_rules():
-    exact = _verdict([_payload({"a": 0.0}, 0.0), _payload({"b": 0.0}, None, names=["a", "b"])], 1e-4)
-    assert exact["passed"] is True and exact["parameters_checked"] == 2 and exact["worst_parameter"] in ("a", "b")
-    at_tolerance = _verdict([_payload({"a": 1e-4, "b": 5e-5}, 1e-4)], 1e-4)
+    exact = _verdict([_payload({"a": 0.0}, None, names=["a", "b"]), _payload({"b": 0.0}, 2.0, coords=(1, 0, 0))], 1e-4)
+    assert exact["passed"] is True and exact["parameters_checked"] == 2 and exact["loss_relative_error"] == 0.0
+    at_tolerance = _verdict([_payload({"a": 1e-4, "b": 5e-5}, 2.0 * (1 + 1e-4))], 1e-4)
     assert at_tolerance["passed"] is True and at_tolerance["worst_parameter"] == "a"
-    assert at_tolerance["max_relative_error"] == 1e-4 and at_tolerance["loss_relative_error"] == 1e-4
-    assert _verdict([_payload({"a": 1.01e-4}, 0.0)], 1e-4)["passed"] is False
-    assert _verdict([_payload({"a": 0.0}, 1.01e-4)], 1e-4)["passed"] is False  # the loss alone
-    missing = _verdict([_payload({"a": 0.0}, 0.0, names=["a", "b"])], 1e-4)
+    assert at_tolerance["max_relative_error"] == 1e-4
+    assert at_tolerance["loss_relative_error"] == pytest.approx(1e-4, rel=1e-9)
+    assert _verdict([_payload({"a": 1.01e-4}, 2.0)], 1e-4)["passed"] is False
+    assert _verdict([_payload({"a": 0.0}, 2.0 * (1 + 1.01e-4))], 1e-4)["passed"] is False  # the loss alone
+    missing = _verdict([_payload({"a": 0.0}, 2.0, names=["a", "b"])], 1e-4)
     assert missing["passed"] is False and missing["parameters_missing"] == ["b"]
     assert _verdict([_payload({"a": 0.0}, None)], 1e-4)["passed"] is False  # no rank saw the loss
+    # Two data-parallel replicas of one stage: the worse error counts, their losses are averaged,
+    # and their gradients must be bit-identical.
+    replicas = [_payload({"a": 1e-6}, 1.9, coords=(0, 0, 0)), _payload({"a": 3e-6}, 2.1, coords=(0, 1, 0))]
+    both = _verdict(replicas, 1e-4)
+    assert both["passed"] is True and both["max_relative_error"] == 3e-6 and both["loss_relative_error"] < 1e-12
+    replicas[1]["check"]["grad_digest"] = "other"
+    diverged = _verdict(replicas, 1e-4)
+    assert diverged["passed"] is False and diverged["replicas_identical"] is False
 
 
 def test_relative_error_is_scaled_by_the_reference():

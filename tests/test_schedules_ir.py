@@ -40,7 +40,7 @@ def test_matching_pairs_follow_torch_convention():
     assert Action.parse("2SEND_B0").matching() == Action.parse("1RECV_B0")
     assert Action.parse("2RECV_F0").matching() == Action.parse("1SEND_F0")
     assert Action.parse("1RECV_B0").matching() == Action.parse("2SEND_B0")
-    with pytest.raises(ValueError, match="0F0 is a compute action"):
+    with pytest.raises(ValueError, match="0F0 is not a SEND or RECV"):
         Action.parse("0F0").matching()
 
 
@@ -52,8 +52,8 @@ def test_peer_stage_is_the_other_end():
 def test_parse_error_shows_the_accepted_forms():
     with pytest.raises(ScheduleError) as info:
         Action.parse("0X1")
-    assert str(info.value) == ("cannot parse action '0X1': expected STAGE KIND MICROBATCH such as "
-                               "'0F1', '3B0', '2I1', '1W4' or '2SEND_B3'")
+    assert str(info.value).startswith("cannot parse action '0X1': expected STAGE KIND MICROBATCH such as "
+                                      "'0F1', '3B0', '2I1', '1W4' or '2SEND_B3'")
 
 
 def test_a_send_and_its_recv_name_one_transfer_numbered_densely():
