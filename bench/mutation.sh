@@ -24,7 +24,7 @@ MODULES=("${@:-${CORE[@]}}")
 TESTS=(tests/test_schedules_ir.py tests/test_schedules_validation.py tests/test_schedules_io.py
        tests/test_schedules_generators.py tests/test_sim_closed_forms.py tests/test_sim_engine.py
        tests/test_sim_oracle.py tests/test_sim_costs.py tests/test_calibrate.py tests/test_runtime_units.py
-       tests/test_record.py)
+       tests/test_record.py tests/test_sim_data_parallel.py)
 
 WORK=${MUTATION_DIR:-$(mktemp -d /tmp/bubblescope-mutation.XXXXXX)}
 mkdir -p "$WORK"

@@ -196,3 +196,49 @@ def test_a_schedule_is_checked_once(monkeypatch, tmp_path):
     with pytest.raises(ScheduleError, match=r"\[deadlock\]"):
         lower(bad)
     assert calls[-1] is bad
+
+
+def _with_streams(program, rows):
+    return Program(program.schedule, tuple(tuple(Action.parse(a) for a in r.split()) for r in rows))
+
+
+@pytest.mark.parametrize("rows, message", [
+    (["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1 0REDUCE_GRAD",
+      "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1 1REDUCE_GRAD"], None),
+    (["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1 1REDUCE_GRAD",
+      "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1 1REDUCE_GRAD"],
+     "[placement] rank 0, position 8: 1REDUCE_GRAD names stage 1, which does not sit on rank 0"),
+    (["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1 0REDUCE_GRAD 0REDUCE_GRAD",
+      "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1 1REDUCE_GRAD"],
+     "[duplicate] rank 0, position 9: 0REDUCE_GRAD appears twice"),
+    (["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0REDUCE_GRAD 0RECV_B1 0B1",
+      "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1 1REDUCE_GRAD"],
+     "[reduce-after-backward] rank 0, position 6: 0REDUCE_GRAD runs before stage 0's last backward, "
+     "whose gradients it reduces"),
+    (["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
+      "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1 1REDUCE_GRAD"],
+     "[missing-reduce] rank 0: 0REDUCE_GRAD never runs, but other stages reduce their gradients"),
+])
+def test_gradient_reductions_one_per_stage_after_its_last_backward(rows, message):
+    """REDUCE_GRAD (data parallelism): none, or one per stage on its rank after its last backward."""
+    program = _with_streams(lower(base()), rows)
+    if message is None:
+        validate(program)
+        return
+    with pytest.raises(ScheduleError) as info:
+        validate(program)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("row1, message", [
+    ("1F0 1B0", "[missing-forward] rank 1: 1F1 never runs"),
+    ("1F0 1B0 1F1 1B1 1I1 1W1", "[backward-split] rank 1: 1B1 and a split backward (1I1/1W1) both run"),
+    ("1F0 1B0 1F1 1I1", "[missing-backward] rank 1: 1I1 runs but 1W1 never does"),
+    ("1F0 1B0 1F1 1W1", "[missing-backward] rank 1: 1W1 runs but 1I1 never does"),
+    ("1F0 1B0 1F1", "[missing-backward] rank 1: 1B1 (or 1I1 and 1W1) never runs"),
+])
+def test_each_incomplete_microbatch_names_what_is_missing(row1, message):
+    bad = with_order(base(), ["0F0 0F1 0B0 0B1", row1])
+    with pytest.raises(ScheduleError) as info:
+        validate(bad)
+    assert str(info.value) == message
