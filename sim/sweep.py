@@ -18,6 +18,11 @@ from schedules import Schedule, ScheduleError
 from .costs import CostError, CostModel, CostSource
 from .engine import simulate
 from .result import SimResult
+from .zb_search import auto_schedule
+
+# The schedule whose order is searched from the cost model (under a memory limit) rather than
+# generated from the sizes alone.
+AUTO = "zb-auto"
 
 # One row per configuration; every column is a scalar so the table reads back from CSV as is.
 TABLE_COLUMNS: tuple[str, ...] = (
@@ -57,8 +62,17 @@ def combinations(
     return found
 
 
-def build(config: Config) -> Schedule:
-    """The validated schedule of a configuration; ScheduleError if it is illegal."""
+def build(config: Config, costs: CostSource | None = None, memory_limit: float | None = None) -> Schedule:
+    """The validated schedule of a configuration; ScheduleError if it is illegal.
+
+    zb-auto is searched with simulations under `costs` (when given; its generator's equal unit
+    costs otherwise) and capped at `memory_limit` microbatches of one rank's share (default p,
+    1F1B's memory); the other schedules ignore both."""
+    if config.schedule == AUTO and costs is not None:
+        limit = float(config.ranks) if memory_limit is None else memory_limit
+        return auto_schedule(costs.for_stages(config.ranks), config.ranks, config.microbatches, limit)
+    if config.schedule == AUTO and memory_limit is not None:
+        return schedules.build(AUTO, ranks=config.ranks, microbatches=config.microbatches, memory_limit=memory_limit)
     return schedules.build(config.schedule, ranks=config.ranks, microbatches=config.microbatches, chunks=config.chunks)
 
 
@@ -78,21 +92,18 @@ def simulate_all(
     configs: Iterable[Config],
     costs: CostSource,
     progress: Callable[[Iterable[Config]], Iterable[Config]] = lambda it: it,
+    memory_limit: float | None = None,
 ) -> tuple[pd.DataFrame, list[tuple[Config, str]]]:
     """Simulate every configuration; returns the table and the (config, reason) pairs skipped
     because the schedule cannot run at those sizes, or because a calibration cannot cut its
     model into that many stages. A cost model that does not fit a schedule (CostError) is
-    not skipped: it propagates."""
+    not skipped: it propagates. `memory_limit` caps zb-auto (see build)."""
     records, skipped = [], []
     for config in progress(configs):
         try:
-            schedule = build(config)
-        except ScheduleError as exc:
-            skipped.append((config, str(exc)))
-            continue
-        try:
+            schedule = build(config, costs, memory_limit)
             model = costs.for_stages(schedule.num_stages)
-        except CostError as exc:
+        except (ScheduleError, CostError) as exc:
             skipped.append((config, str(exc)))
             continue
         records.append(row(schedule, model))
@@ -100,11 +111,14 @@ def simulate_all(
 
 
 def simulate_each(names: Sequence[str], ranks: int, microbatches: int, chunks: int | None,
-                  costs: CostSource) -> dict[str, SimResult]:
-    """Simulate each named schedule at one size (`chunks` only where a schedule takes it);
-    raises ScheduleError naming a bad one."""
+                  costs: CostSource, memory_limit: float | None = None) -> dict[str, SimResult]:
+    """Simulate each named schedule at one size (`chunks` only where a schedule takes it;
+    `memory_limit` caps zb-auto, see build); raises ScheduleError naming a bad one."""
     results = {}
     for name in names:
-        schedule = schedules.build_for(name, ranks, microbatches, chunks)
+        if name == AUTO:
+            schedule = build(Config(name, ranks, microbatches, None), costs, memory_limit)
+        else:
+            schedule = schedules.build_for(name, ranks, microbatches, chunks)
         results[name] = simulate(schedule, costs.for_stages(schedule.num_stages))
     return results

@@ -6,6 +6,7 @@ Table 5, from its profiled costs, Table 9), and the Python / CSV round trip."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -163,3 +164,35 @@ def test_search_is_deterministic():
     costs = CostModel(forward=1.0, backward_input=1.2, backward_weight=0.7, p2p_latency=0.1)
     first = auto_schedule(costs, 4, 10, 6)
     assert all(auto_schedule(costs, 4, 10, 6).order == first.order for _ in range(2))
+
+
+# From the command line: `sim compare/sweep --schedules zb-auto --memory-limit K`.
+
+def _compare_rows(capsys, *argv: str) -> dict[str, dict]:
+    from sim.__main__ import main
+
+    assert main(["compare", "--json", *argv]) == 0
+    return {row["schedule"]: row for row in json.loads(capsys.readouterr().out)}
+
+
+@pytest.mark.parametrize("limit", [4, 6, 8])
+def test_cli_memory_limit_bounds_the_peak_and_never_loses_to_the_handcrafted_orders(capsys, limit):
+    # T_F = T_B = T_W = 1 on p = 4: zb-h1 holds p = 4 microbatches, zb-h2 2p - 1 = 7
+    # (Qi et al. 2024, Sec. 2); zb-auto's search starts from whichever fits the limit.
+    rows = _compare_rows(
+        capsys, "--schedules", "zb-h1,zb-h2,zb-auto", "--ranks", "4", "--microbatches", "8",
+        "--forward", "1", "--backward", "1", "--weight", "1", "--memory-limit", str(limit),
+    )
+    auto = rows["zb-auto"]
+    assert auto["peak_activation"] <= limit
+    fitting = [rows[name]["makespan"] for name, peak in (("zb-h1", 4), ("zb-h2", 7)) if peak <= limit]
+    assert auto["makespan"] <= min(fitting)
+
+
+def test_cli_memory_limit_without_zb_auto_is_refused(capsys):
+    from sim.__main__ import main
+
+    assert main(["compare", "--schedules", "1f1b", "--memory-limit", "8"]) == 2
+    assert main(["sweep", "--schedules", "1f1b", "--memory-limit", "8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all("--memory-limit applies to zb-auto only" in line for line in err)

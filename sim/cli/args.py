@@ -48,6 +48,30 @@ def finite_float(text: str) -> float:
     return value
 
 
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def add_memory_limit_argument(parser: argparse.ArgumentParser) -> None:
+    """Register --memory-limit, zb-auto's activation-memory cap."""
+    parser.add_argument(
+        "--memory-limit", type=positive_float, metavar="K",
+        help="zb-auto's activation-memory limit per rank, in microbatches of one rank's share (p is 1F1B's "
+        "memory, 2p ZB-2p's; default p); zb-auto's order is searched with simulations under the costs given",
+    )
+
+
+def memory_limit_unused(limit: float | None, chosen) -> str | None:
+    """The refusal when --memory-limit is given but zb-auto is not among the schedules run."""
+    if limit is not None and "zb-auto" not in chosen:
+        return "--memory-limit applies to zb-auto only: add zb-auto to --schedules"
+    return None
+
+
 def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
     """Register --costs and the cost flags; each flag given overrides the same value of --costs."""
     group = parser.add_argument_group(

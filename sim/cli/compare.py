@@ -16,7 +16,9 @@ from ..comparison import compare_run
 from ..costs import CostError
 from ..measured import read_measured
 from ..sources import CostOverrides, cost_source, costs_for_run
-from .args import add_cost_arguments, cost_overrides, fail, names, positive_int
+from .args import (
+    add_cost_arguments, add_memory_limit_argument, cost_overrides, fail, memory_limit_unused, names, positive_int,
+)
 
 TEXT_COLUMNS = (
     "schedule", "ranks", "microbatches", "chunks", "makespan", "time_per_microbatch", "bubble_ratio",
@@ -37,6 +39,7 @@ class CompareOptions:
     overlay: str | None
     costs: str | None
     overrides: CostOverrides
+    memory_limit: float | None
     json: bool
     csv: bool
 
@@ -45,7 +48,8 @@ class CompareOptions:
         return cls(
             schedules=None if args.schedules is None else tuple(args.schedules), ranks=args.ranks,
             microbatches=args.microbatches, chunks=args.chunks, measured=args.measured, overlay=args.overlay,
-            costs=args.costs, overrides=cost_overrides(args), json=args.json, csv=args.csv,
+            costs=args.costs, overrides=cost_overrides(args), memory_limit=args.memory_limit, json=args.json,
+            csv=args.csv,
         )
 
     def sizes_given(self) -> list[str]:
@@ -73,6 +77,7 @@ def add_parser(subparsers) -> None:
     parser.add_argument(
         "--chunks", type=positive_int, metavar="V", help="stages per rank v for schedules that take it (default 2)",
     )
+    add_memory_limit_argument(parser)
     measured = parser.add_argument_group(
         "measured run", "compare a run directory of python -m runtime with the simulation of its own program",
     )
@@ -111,13 +116,16 @@ def handle(args: argparse.Namespace) -> int:
     ranks = 4 if options.ranks is None else options.ranks
     microbatches = 8 if options.microbatches is None else options.microbatches
     chunks = 2 if options.chunks is None else options.chunks
+    chosen = options.schedules or schedules.available()
+    refusal = memory_limit_unused(options.memory_limit, chosen)
+    if refusal:
+        return _fail(refusal)
     try:
         costs = cost_source(options.costs, options.overrides)
-        chosen = options.schedules or schedules.available()
         records = []
         for config in sweep.combinations(chosen, [ranks], [microbatches], [chunks]):
             try:
-                schedule = sweep.build(config)
+                schedule = sweep.build(config, costs, options.memory_limit)
             except ScheduleError as exc:
                 if options.schedules:
                     return _fail(f"{config}: {exc}")

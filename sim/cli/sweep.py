@@ -13,7 +13,9 @@ from schedules import ScheduleError
 from .. import sweep
 from ..costs import CostError
 from ..sources import CostOverrides, cost_source
-from .args import add_cost_arguments, cost_overrides, fail, names, positive_ints
+from .args import (
+    add_cost_arguments, add_memory_limit_argument, cost_overrides, fail, memory_limit_unused, names, positive_ints,
+)
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,7 @@ class SweepOptions:
     overrides: CostOverrides
     out: str | None  # as typed: messages quote it
     progress: bool
+    memory_limit: float | None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "SweepOptions":
@@ -35,6 +38,7 @@ class SweepOptions:
             schedules=None if args.schedules is None else tuple(args.schedules), ranks=tuple(args.ranks),
             microbatches=tuple(args.microbatches), chunks=tuple(args.chunks), costs=args.costs,
             overrides=cost_overrides(args), out=args.out or None, progress=not args.no_progress,
+            memory_limit=args.memory_limit,
         )
 
 
@@ -63,6 +67,7 @@ def add_parser(subparsers) -> None:
         help="chunks per rank for schedules that take it (default 2,4)",
     )
     add_cost_arguments(parser)
+    add_memory_limit_argument(parser)
     parser.add_argument(
         "--out", metavar="FILE", help="write the table here (.csv, or .json for a list of records); default: CSV on stdout",
     )
@@ -86,11 +91,14 @@ def handle(args: argparse.Namespace) -> int:
     def progress(items):
         return tqdm(items, total=len(items), desc="sweep", unit="config", file=sys.stderr, disable=not options.progress)
 
+    chosen = options.schedules or schedules.available()
+    refusal = memory_limit_unused(options.memory_limit, chosen)
+    if refusal:
+        return _fail(refusal)
     try:
         costs = cost_source(options.costs, options.overrides)
-        configs = sweep.combinations(options.schedules or schedules.available(), options.ranks, options.microbatches,
-                                options.chunks)
-        frame, skipped = sweep.simulate_all(configs, costs, progress=progress)
+        configs = sweep.combinations(chosen, options.ranks, options.microbatches, options.chunks)
+        frame, skipped = sweep.simulate_all(configs, costs, progress=progress, memory_limit=options.memory_limit)
     except (ScheduleError, CostError) as exc:
         return _fail(str(exc))
     if skipped:
