@@ -70,6 +70,7 @@ def _worker(rank: int, port: int, out: str) -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
 
     from runtime import reference
     from runtime.memory import SavedTensorMeter
@@ -107,6 +108,14 @@ def _worker(rank: int, port: int, out: str) -> None:
             "qkv_local_rows": qkv.to_local()[:, 0].tolist() if isinstance(qkv, DTensor) else None,
             "untouched": all(not isinstance(p, DTensor) for p in whole.parameters()),
         }
+    # The meter counts what autograd saves as DTensors by their local storage: a column-parallel
+    # linear saves its input (a replicated DTensor over the plain input's storage), 5 x 8 floats.
+    linear = parallelize_module(torch.nn.Linear(8, 16), mesh["tp"], ColwiseParallel(), src_data_rank=None)
+    meter = SavedTensorMeter([*linear.parameters()])
+    with meter.hooks():
+        kept = linear(torch.randn(5, 8, requires_grad=True))
+    results["linear_saved_bytes"] = meter.bytes
+    del kept
     results["reference_loss"] = want.loss
     results["full_qkv_rows"] = model.layers[0].attn.qkv.weight[:, 0].tolist()
     with open(f"{out}.{rank}", "w") as f:
@@ -158,3 +167,7 @@ def test_tp2_shards_whole_heads_and_hands_plain_full_activations_to_the_pipeline
         # rank r holds the contiguous rows of heads [r h/t, (r+1) h/t): q, k, v of each
         want = result["full_qkv_rows"][rank * rows_per_rank:(rank + 1) * rows_per_rank]
         assert run["qkv_local_rows"] == pytest.approx(want)
+
+
+def test_the_memory_meter_counts_tensors_saved_as_dtensors(tp_run):
+    assert [r["linear_saved_bytes"] for r in tp_run] == [5 * 8 * 4] * TP
