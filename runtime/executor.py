@@ -46,6 +46,7 @@ from . import reference
 from .clock import clock_for
 from .comm import TRANSPORTS, Transport, check_boundary, decode_meta, encode_meta, reason
 from .errors import ConfigError, PeerError
+from .layout import Layout
 from .memory import SavedTensorMeter
 from .models import PipelineModel, microbatch_sizes, partition
 from .record import RunResult, gather
@@ -78,6 +79,7 @@ class RunOptions:
     split: tuple[int, ...] | None = None
     transport: str | None = None
     post_ahead: int | str = "auto"
+    layout: Layout | None = None  # None: every rank is a pipeline rank (pp = world size)
 
     def validate(self) -> None:
         if not isinstance(self.steps, int) or self.steps < 1:
@@ -110,21 +112,35 @@ class Plan:
     model: PipelineModel
     options: RunOptions
     layers: tuple[range, ...]  # per stage
-    sizes: tuple[int, ...]  # rows per microbatch
+    sizes: tuple[int, ...]  # rows per microbatch (of one data-parallel replica's share)
+    layout: Layout
 
 
 def prepare(program: Program, model: PipelineModel, options: RunOptions, world_size: int) -> Plan:
     """Check that program, model, options and world size fit together; raises ConfigError."""
     options.validate()
     schedule = program.schedule
-    if world_size != schedule.ranks:
+    layout = options.layout or Layout(world_size)
+    if layout.size != world_size:
+        raise ConfigError(f"the layout {layout.describe()} has {layout.size} ranks but the world has {world_size}")
+    if layout.pp != schedule.ranks and layout.size == layout.pp:
         raise ConfigError(
             f"the schedule {schedule.describe()} needs {schedule.ranks} ranks but the world has {world_size} "
             f"(launch with torchrun --nproc-per-node {schedule.ranks}, or that many ranks across nodes)"
         )
+    if layout.pp != schedule.ranks:
+        raise ConfigError(
+            f"the schedule {schedule.describe()} needs {schedule.ranks} pipeline ranks but the layout has "
+            f"pp={layout.pp} ({layout.describe()}; launch pp x dp x tp = {schedule.ranks * layout.dp * layout.tp} "
+            "ranks with torchrun, or give --pp)"
+        )
+    if layout.tp > 1:
+        raise ConfigError("--tp > 1 needs runtime/tensor_parallel.py (tensor parallelism inside a stage), not merged yet")
+    if layout.dp > 1:
+        raise ConfigError("--dp > 1 needs gradient reduction, not merged yet")
     layers = partition(len(model.layers), schedule.num_stages, options.split)
     sizes = microbatch_sizes(model.batch_size, schedule.microbatches)
-    return Plan(program, model, options, layers, tuple(sizes))
+    return Plan(program, model, options, layers, tuple(sizes), layout)
 
 
 def default_device() -> torch.device:
@@ -199,12 +215,13 @@ class Session:
             payload = state.payload(self._reference)
         finally:
             self.close()
-        gathered = [None] * dist.get_world_size() if state.rank == 0 else None
+        first = state.global_rank == 0
+        gathered = [None] * dist.get_world_size() if first else None
         dist.gather_object(payload, gathered, dst=0)
-        result = gather(self.plan, gathered, state.backend, self.device) if state.rank == 0 else None
+        result = gather(self.plan, gathered, state.backend, self.device) if first else None
         verdict = [None if result is None else result.passed]
         dist.broadcast_object_list(verdict, src=0)
-        return result if result is not None else RunResult(rank=state.rank, passed=verdict[0])
+        return result if result is not None else RunResult(rank=state.global_rank, passed=verdict[0])
 
     def close(self, keep_groups: bool = False) -> None:
         """Give the modules back their own forward and drop this run's groups (idempotent).
@@ -302,7 +319,11 @@ class _RankState:
     def __init__(self, plan: Plan, device: torch.device):
         self.plan = plan
         self.device = device
-        self.rank = dist.get_rank()
+        # `rank` is this process's pipeline rank (its stream); `global_rank` its place in the world.
+        self.global_rank = dist.get_rank()
+        self.coords = plan.layout.coords(self.global_rank)
+        self.rank = self.coords.pp
+        self.peers = plan.layout.pipeline(self.global_rank)  # pipeline rank -> global rank
         self.backend = dist.get_backend()
         program = plan.program
         schedule = program.schedule
@@ -337,7 +358,7 @@ class _RankState:
                 split=s in split_stages,
             )
         kind = options.transport or ("ordered" if self.backend == "nccl" else "tagged")
-        self.transport = Transport(program, self.rank, options.timeout, kind)
+        self.transport = Transport(program, self.global_rank, options.timeout, kind, plan.layout)
         self.clock = clock_for(device)
         self.shapes: dict[int, tuple[torch.Size, torch.dtype]] = {}  # boundary s->s+1: shape of mb 0
         self.logs: list[_StepLog] = []
@@ -370,10 +391,10 @@ class _RankState:
                 x = carried
             else:
                 status, shape, dtype = decode_meta(
-                    self.transport.recv_meta(s2r[s - 1], self.device, f"the shape of stage {s - 1}'s output")
+                    self.transport.recv_meta(self.peers[s2r[s - 1]], self.device, f"the shape of stage {s - 1}'s output")
                 )
                 if status:
-                    error = error or f"stage {s - 1} (rank {s2r[s - 1]}) failed its shape check"
+                    error = error or f"stage {s - 1} (rank {self.peers[s2r[s - 1]]}) failed its shape check"
                     x = None
                 else:
                     self.shapes[s - 1] = (shape, dtype)
@@ -399,7 +420,7 @@ class _RankState:
                     carried = y
                 else:
                     meta = encode_meta(y if error is None else None, 1 if error else 0, self.device)
-                    self.transport.send_meta(meta, s2r[s + 1], f"sending the shape of stage {s}'s output")
+                    self.transport.send_meta(meta, self.peers[s2r[s + 1]], f"sending the shape of stage {s}'s output")
         errors = [None] * dist.get_world_size()
         dist.all_gather_object(errors, error)
         first = next((e for e in errors if e is not None), None)
@@ -424,7 +445,8 @@ class _RankState:
             """What to post for the RECV at `position`: its transfer, or the ordered transport's plan."""
             transfers = plan.get(position, (self.stream[position].transfer,))
             return tuple(
-                Receive(t, s2r[t.sender], *self._buffer_shape(t), recv_at[t], str(t.recv())) for t in transfers
+                Receive(t, self.peers[s2r[t.sender]], *self._buffer_shape(t), recv_at[t], str(t.recv()))
+                for t in transfers
             )
 
         ops: list[Op] = []
@@ -436,7 +458,7 @@ class _RankState:
                 ops.append(ComputeOp(i, a.kind, self.stages[a.stage], a.microbatch, a.consumes(num_stages),
                                      a.produces(num_stages), split))
             elif a.kind.is_send:
-                ops.append(SendOp(i, a.transfer, s2r[a.transfer.receiver], str(a)))
+                ops.append(SendOp(i, a.transfer, self.peers[s2r[a.transfer.receiver]], str(a)))
             else:
                 ops.append(PostOp(i, receives(i) if ahead.at_recv else (), at_recv=True))
         self.ops = ops
@@ -460,7 +482,7 @@ class _RankState:
             else:
                 dist.barrier()
         except RuntimeError as exc:
-            raise PeerError(f"rank {self.rank}: barrier {where} failed: {reason(exc, -1, self.plan.options.timeout)}") from None
+            raise PeerError(f"rank {self.global_rank}: barrier {where} failed: {reason(exc, -1, self.plan.options.timeout)}") from None
 
     def step(self, measured: int | None) -> float:
         """One step (forward and backward of every microbatch); `measured` is its index, None
@@ -559,7 +581,7 @@ class _RankState:
         transport.settle([(work, text, peer) for work, _, peer, text in sends])
         if mailbox or pending:
             left = sorted(str(k) for k in (*mailbox, *pending))
-            raise RuntimeError(f"rank {self.rank}: step ended with undelivered transfers {left}")
+            raise RuntimeError(f"rank {self.global_rank}: step ended with undelivered transfers {left}")
         return _StepLog(starts, ends, before, after, cuda_after)
 
     # --------------------------------------------------------------- results
@@ -603,6 +625,8 @@ class _RankState:
             check = {"errors": errors, "loss_error": loss_error, "names": sorted(ref.grads)}
         return {
             "rank": self.rank,
+            "global_rank": self.global_rank,
+            "coords": tuple(self.coords),
             "timeline": timeline,
             "memory": memory,
             "cuda_memory": cuda_memory,

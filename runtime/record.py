@@ -7,6 +7,11 @@ blocking), never before its own start. Memory rows give, per rank, the bytes sav
 backward at the step start and after every compute action; on GPU, cuda_memory.csv
 (same schema) gives torch.cuda.memory_allocated after every compute action.
 
+With data or tensor parallelism (`runtime.layout`), the tables and per-stage costs are
+those of the pipeline at dp = tp = 0, whose rank column is the pipeline rank (the
+schedule's), as in the simulator; --check reads every rank, and summary.json records the
+layout.
+
 Metrics are the simulator's, per measured step (schedules.timeline.step_metrics defines
 them for both), then the median over steps: makespan, bubble_ratio and the zero-bubble
 paper's bubble_ratio_rank_span (longest rank span minus the busiest rank's compute, over
@@ -31,6 +36,7 @@ from schedules.ir import COMPUTE_NAMES, RECV_NAMES, SEND_NAMES
 from schedules.timeline import memory_frame, step_metrics, timeline_frame
 
 from .clock import __doc__ as CLOCK_DOC
+from .layout import MESH_DIMS
 
 SUMMARY = "summary.json"
 
@@ -51,7 +57,9 @@ def gather(plan, payloads: list[dict[str, Any]], backend: str, device: torch.dev
     """Rank 0's RunResult from every rank's payload: tables, summary dict and --check verdict."""
     program = plan.program
     schedule = program.schedule
-    payloads = sorted(payloads, key=lambda p: p["rank"])
+    everyone = payloads
+    # The tables are one pipeline's: the replica at dp = tp = 0, indexed by pipeline rank.
+    payloads = sorted((p for p in payloads if tuple(p["coords"][1:]) == (0, 0)), key=lambda p: p["rank"])
     # Payload rows end in (peer, start, end); the schema wants (start, end, peer, source).
     timeline = timeline_frame(
         (*row[:7], row[8], row[9], row[7], "measured") for p in payloads for row in p["timeline"]
@@ -88,6 +96,8 @@ def gather(plan, payloads: list[dict[str, Any]], backend: str, device: torch.dev
         "ranks": schedule.ranks,
         "microbatches": schedule.microbatches,
         "chunks": schedule.chunks,
+        "layout": {"pp": plan.layout.pp, "dp": plan.layout.dp, "tp": plan.layout.tp,
+                   "mesh_dims": list(MESH_DIMS), "world_size": plan.layout.size},
         "placement": schedule.placement,
         "stages": schedule.num_stages,
         "model": dict(plan.model.flags),
@@ -117,7 +127,7 @@ def gather(plan, payloads: list[dict[str, Any]], backend: str, device: torch.dev
     }
     passed = None
     if plan.options.check:
-        summary["check"] = check = _verdict(payloads, plan.options.tolerance)
+        summary["check"] = check = _verdict(everyone, plan.options.tolerance)
         passed = check["passed"]
     return RunResult(rank=0, passed=passed, summary=summary, timeline=timeline, memory=memory, cuda_memory=cuda_memory)
 
@@ -135,8 +145,9 @@ def set_delivery_times(timeline, program) -> None:
 
 def _verdict(payloads: list[dict[str, Any]], tolerance: float) -> dict[str, Any]:
     errors: dict[str, float] = {}
-    for p in payloads:
-        errors.update(p["check"]["errors"])
+    for p in payloads:  # with data parallelism every replica holds each name: keep the worst
+        for name, error in p["check"]["errors"].items():
+            errors[name] = max(error, errors.get(name, error))
     expected = payloads[0]["check"]["names"]
     missing = sorted(set(expected) - set(errors))
     loss_error = next((p["check"]["loss_error"] for p in payloads if p["check"]["loss_error"] is not None), None)
