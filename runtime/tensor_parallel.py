@@ -41,7 +41,8 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-from .errors import ConfigError
+from .comm import reason
+from .errors import ConfigError, PeerError
 from .models import Block, PipelineModel
 
 # Submodule of a `Block` -> how it is split (module names as in models.Block).
@@ -112,6 +113,31 @@ def full_gradients(module: nn.Module) -> dict[str, Tensor | None]:
     return grads
 
 
-def local_numel(module: nn.Module) -> int:
-    """Parameter elements this rank holds (a DTensor counts its local shard)."""
-    return sum((p.to_local() if isinstance(p, DTensor) else p).numel() for p in module.parameters())
+def local_numel(module: nn.Module, bytes: bool = False) -> int:
+    """Trainable parameter elements (or their bytes) this rank holds: a DTensor counts its local shard."""
+    total = 0
+    for p in module.parameters():
+        if p.requires_grad:
+            local = p.to_local() if isinstance(p, DTensor) else p
+            total += local.numel() * (local.element_size() if bytes else 1)
+    return total
+
+
+def collective_failure(
+    exc: RuntimeError, rank: int, action: str, tp_ranks: tuple[int, ...], timeout: float
+) -> PeerError | None:
+    """The one-line PeerError for a compute action whose tp collective failed, or None when
+    `exc` is not a communication failure (or there is no tp group: then it is the model's).
+
+    gloo raises a plain RuntimeError naming its transport (a peer's closed connection, or
+    the group's timeout, which the layout's mesh sets to --timeout); NCCL a DistError.
+    """
+    text = str(exc)
+    if len(tp_ranks) < 2 or not (
+        isinstance(exc, torch.distributed.DistError) or "gloo" in text.lower() or "nccl" in text.lower()
+    ):
+        return None
+    return PeerError(
+        f"rank {rank}: {action} failed in a collective of its tensor-parallel group (ranks "
+        f"{', '.join(map(str, tp_ranks))}): {reason(exc, -1, timeout)}"
+    )

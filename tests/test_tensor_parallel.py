@@ -1,6 +1,8 @@
 """Tensor parallelism inside a stage (runtime/tensor_parallel.py): the gpt blocks split across a
 2-rank gloo "tp" mesh must give the loss and every gradient of one process running the whole
-model; bad splits are refused before any communication. About 6 s (one 2-process spawn)."""
+model, alone and inside the executor at (pp, dp, tp) = (1, 1, 2) and (2, 1, 2) for every
+registered schedule; bad splits are refused before any communication; a dead or stopped tp
+peer ends the run with one line."""
 
 import datetime
 import json
@@ -64,6 +66,24 @@ def test_bad_splits_are_refused_in_one_line_without_a_process_group(spec, tp, me
     check_tensor_parallel(build_model(ModelSpec(**spec)), 1)  # t = 1 is always legal
 
 
+def _executor_runs(layout, configs) -> list[dict]:
+    """--check of each (schedule, m, chunks) on `layout` through runtime.execute; rank 0's verdicts."""
+    import schedules
+    from runtime import RunOptions, execute
+
+    runs = []
+    for name, m, chunks in configs:
+        program = schedules.lower(schedules.build(name, ranks=layout.pp, microbatches=m, chunks=chunks))
+        spec = ModelSpec(**dict(GPT, layers=program.schedule.num_stages, batch_size=2 * m + 1))
+        result = execute(program, build_model(spec), RunOptions(check=True, timeout=60, layout=layout))
+        if result.summary is not None:
+            frame = result.timeline
+            runs.append({"schedule": name, "passed": result.passed, "check": result.summary["check"],
+                         "layout": result.summary["layout"], "rows": len(frame), "expected_rows": program.num_actions,
+                         "params": [stage["params"] for stage in result.summary["stage_costs"]]})
+    return runs
+
+
 def _worker(rank: int, port: int, out: str) -> None:
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -73,6 +93,7 @@ def _worker(rank: int, port: int, out: str) -> None:
     from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
 
     from runtime import reference
+    from runtime.layout import Layout
     from runtime.memory import SavedTensorMeter
     from runtime.stage import Stage
     from runtime.tensor_parallel import apply_tensor_parallel, full_gradients
@@ -117,34 +138,59 @@ def _worker(rank: int, port: int, out: str) -> None:
     results["linear_saved_bytes"] = meter.bytes
     del kept
     results["reference_loss"] = want.loss
+    results["executor"] = _executor_runs(Layout(1, 1, TP), [("1f1b", 2, None), ("zb-h1", 2, None), ("interleaved", 2, 2)])
     results["full_qkv_rows"] = model.layers[0].attn.qkv.weight[:, 0].tolist()
     with open(f"{out}.{rank}", "w") as f:
         json.dump(results, f)
     dist.destroy_process_group()
 
 
-@pytest.fixture(scope="module")
-def tp_run(tmp_path_factory):
+def _pipeline_worker(rank: int, port: int, out: str) -> None:
+    """pp=2 x tp=2 on 4 ranks: every registered schedule through the executor with --check."""
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import torch.distributed as dist
+
+    import schedules
+    from runtime.layout import Layout
+
+    dist.init_process_group("gloo", rank=rank, world_size=4, timeout=datetime.timedelta(seconds=60))
+    runs = _executor_runs(Layout(2, 1, TP), [(name, 4, None) for name in schedules.available()])
+    with open(f"{out}.{rank}", "w") as f:
+        json.dump(runs, f)
+    dist.destroy_process_group()
+
+
+def _spawn(target, world: int, out: str) -> list:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    out = str(tmp_path_factory.mktemp("tp") / "result")
     ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_worker, args=(r, port, out)) for r in range(TP)]
+    procs = [ctx.Process(target=target, args=(r, port, out)) for r in range(world)]
     for proc in procs:
         proc.start()
     for proc in procs:
-        proc.join(timeout=120)
+        proc.join(timeout=180)
     codes = [proc.exitcode for proc in procs]
     for proc in procs:
         if proc.is_alive():
             proc.kill()
-    assert codes == [0] * TP, f"ranks exited with {codes}"
+    assert codes == [0] * world, f"ranks exited with {codes}"
     results = []
-    for r in range(TP):
+    for r in range(world):
         with open(f"{out}.{r}") as f:
             results.append(json.load(f))
     return results
+
+
+@pytest.fixture(scope="module")
+def tp_run(tmp_path_factory):
+    return _spawn(_worker, TP, str(tmp_path_factory.mktemp("tp") / "result"))
+
+
+@pytest.fixture(scope="module")
+def pp_tp_run(tmp_path_factory):
+    return _spawn(_pipeline_worker, 4, str(tmp_path_factory.mktemp("pp_tp") / "result"))
 
 
 @pytest.mark.parametrize("split", ["False", "True"], ids=["backward", "split-I-W"])
@@ -171,3 +217,33 @@ def test_tp2_shards_whole_heads_and_hands_plain_full_activations_to_the_pipeline
 
 def test_the_memory_meter_counts_tensors_saved_as_dtensors(tp_run):
     assert [r["linear_saved_bytes"] for r in tp_run] == [5 * 8 * 4] * TP
+
+
+def _assert_checked(runs: list[dict], layout: dict) -> None:
+    for run in runs:
+        check = run["check"]
+        assert run["passed"], f"{run['schedule']}: --check failed: {check}"
+        assert check["parameters_missing"] == [] and check["max_relative_error"] <= 1e-4
+        assert run["layout"]["tp"] == layout["tp"] and run["layout"]["pp"] == layout["pp"]
+        assert run["rows"] == run["expected_rows"]  # one pipeline's rows (dp = tp = 0), once
+
+
+def test_executor_at_tp2_passes_check(tp_run):
+    runs = tp_run[0]["executor"]
+    assert [r["schedule"] for r in runs] == ["1f1b", "zb-h1", "interleaved"]
+    assert all(r["executor"] == [] for r in tp_run[1:])  # only global rank 0 gathers
+    _assert_checked(runs, {"pp": 1, "tp": TP})
+    # One rank's share of a stage: sharded linears hold half their weights (and column-parallel
+    # biases), row-parallel biases, LayerNorms, embedding and head stay whole.
+    h, v, s = GPT["hidden"], GPT["vocab"], GPT["seq_len"]
+    block = 2 * 2 * h + (3 * h * h + 3 * h) // TP + h * h // TP + h + (4 * h * h + 4 * h) // TP + 4 * h * h // TP + h
+    embedding, head = v * h + s * h, 2 * h + h * v + v
+    assert runs[0]["params"] == [embedding + block + head]
+
+
+def test_executor_at_pp2_tp2_passes_check_for_every_schedule(pp_tp_run):
+    import schedules
+
+    runs = pp_tp_run[0]
+    assert [r["schedule"] for r in runs] == list(schedules.available())
+    _assert_checked(runs, {"pp": 2, "tp": TP})
