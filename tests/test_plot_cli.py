@@ -63,6 +63,43 @@ def test_compare_with_memory_and_cost_flags(tmp_path):
     assert png.read_bytes()[:8] == PNG_MAGIC
 
 
+def _slices(trace: Path) -> dict[str, set[float]]:
+    """Durations (microseconds) of the trace's slices, by kind."""
+    out: dict[str, set[float]] = {}
+    for e in json.loads(trace.read_text())["traceEvents"]:
+        if e["ph"] == "X":
+            out.setdefault(e["cat"], set()).add(round(e["dur"], 6))
+    return out
+
+
+def test_cost_flags_and_cost_files_set_what_is_plotted(tmp_path, capsys):
+    """Each cost flag reaches the picture: the traced slices last what the flags say (zero
+    bubble, so F, I and W each show), a cost file gives the same, and the default differs."""
+    base = ["plot", "--schedule", "zb-h1", "--ranks", "2", "--microbatches", "2"]
+    flags = ["--forward", "0.5", "--backward", "3", "--weight", "1.5", "--comm-latency", "0.25"]
+    assert main([*base, "-o", str(tmp_path / "a.png"), "--trace", str(tmp_path / "a.json"), *flags]) == 0
+    slices = _slices(tmp_path / "a.json")
+    assert (slices["F"], slices["I"], slices["W"]) == ({0.5e6}, {3e6}, {1.5e6})
+    assert slices["SEND_F"] == slices["SEND_B"] == {0.25e6}
+    from sim import CostModel
+
+    CostModel(forward=0.5, backward_input=3, backward_weight=1.5, p2p_latency=0.25).to_json(tmp_path / "c.json")
+    assert main([*base, "-o", str(tmp_path / "b.png"), "--trace", str(tmp_path / "b.json"),
+                 "--costs", str(tmp_path / "c.json")]) == 0
+    assert _slices(tmp_path / "b.json") == slices
+    assert (tmp_path / "b.png").read_bytes() == (tmp_path / "a.png").read_bytes()
+    assert main([*base, "-o", str(tmp_path / "d.png"), "--trace", str(tmp_path / "d.json")]) == 0
+    default = _slices(tmp_path / "d.json")
+    assert (default["F"], default["I"], default["W"]) == ({1e6}, {2e6}, {0.0})
+    assert (tmp_path / "d.png").read_bytes() != (tmp_path / "a.png").read_bytes()
+    # --compare has no trace: the image itself must change with a flag.
+    panels = ["plot", "--compare", "gpipe,1f1b"]
+    assert main([*panels, "-o", str(tmp_path / "e.png")]) == 0
+    assert main([*panels, "-o", str(tmp_path / "f.png"), "--forward", "3"]) == 0
+    assert (tmp_path / "e.png").read_bytes() != (tmp_path / "f.png").read_bytes()
+    capsys.readouterr()
+
+
 def test_measured_run_plots_overlays_and_traces_the_median_step(tmp_path):
     run = make_run(tmp_path / "run")
     png, trace = tmp_path / "run.png", tmp_path / "run.json"
