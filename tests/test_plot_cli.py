@@ -253,3 +253,13 @@ def test_a_run_drawn_with_every_step_and_the_overlay_of_the_median_step(tmp_path
     with pytest.raises(SystemExit) as stop:  # argparse's own error
         main(["plot", "--run", str(run), "--step", "x", "-o", str(png)])
     assert stop.value.code == 2 and "expected a step number or 'all'" in capsys.readouterr().err
+
+
+def test_compare_skips_a_schedule_that_cannot_run_as_sim_compare_does(tmp_path, capsys):
+    png = tmp_path / "c.png"
+    assert main(["plot", "--compare", "interleaved,1f1b", "--microbatches", "5", "-o", str(png)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.split() == [str(png)] and "sim plot: skipping interleaved: " in captured.err
+    fails(capsys, ["plot", "--compare", "interleaved", "--microbatches", "5", "-o", str(png)],
+          "no schedule can run at these sizes")
+    fails(capsys, ["plot", "--compare", "1f1b,nope", "-o", str(png)], "unknown schedule 'nope'")
