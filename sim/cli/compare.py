@@ -8,7 +8,6 @@ import json
 import sys
 from dataclasses import dataclass
 
-
 import schedules
 from schedules import ScheduleError
 
