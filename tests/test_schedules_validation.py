@@ -242,3 +242,29 @@ def test_each_incomplete_microbatch_names_what_is_missing(row1, message):
     with pytest.raises(ScheduleError) as info:
         validate(bad)
     assert str(info.value) == message
+
+
+@pytest.mark.parametrize("rows, message", [
+    (["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1"], "[sizes] program: 1 streams, expected one per rank (2)"),
+    (["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1", "1RECV_F0 1F0 1RECV_F1 1F1 1B0 1SEND_B0 1B1 1SEND_B1"],
+     "[stream-order] rank 1: compute actions of the stream differ from the schedule's order"),
+    (["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1 2SEND_F0",
+      "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1"],
+     "[comm-range] rank 0, position 8: 2SEND_F0 is outside stages 0..1 or microbatches 0..1"),
+    (["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1 0SEND_F2",
+      "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1"],
+     "[comm-range] rank 0, position 8: 0SEND_F2 is outside stages 0..1 or microbatches 0..1"),
+    (["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1 1RECV_F0",
+      "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1"],
+     "[placement] rank 0, position 8: 1RECV_F0 names stage 1, which sits on rank 1"),
+    (["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
+      "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1 1SEND_F1"],
+     "[comm-needed] rank 1, position 8: 1SEND_F1 has no cross-rank peer (stage 2)"),
+    (["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
+      "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1 1SEND_B1"],
+     "[duplicate] rank 1, position 8: 1SEND_B1 appears twice"),
+])
+def test_each_program_rule_names_rank_position_and_action(rows, message):
+    with pytest.raises(ScheduleError) as info:
+        validate(_with_streams(lower(base()), rows))
+    assert str(info.value) == message
