@@ -268,3 +268,24 @@ def test_each_program_rule_names_rank_position_and_action(rows, message):
     with pytest.raises(ScheduleError) as info:
         validate(_with_streams(lower(base()), rows))
     assert str(info.value) == message
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"ranks": 0}, "[sizes] schedule: ranks, microbatches and chunks must be >= 1 (got p=0, m=1, v=2)"),
+    ({"microbatches": 0}, "[sizes] schedule: ranks, microbatches and chunks must be >= 1 (got p=1, m=0, v=2)"),
+    ({"stage_to_rank": (0,)}, "[placement] schedule: 1 stages placed, expected ranks*chunks = 2"),
+    ({"order": "1F0 0F0 1B0 0B0"}, "[order] rank 0, position 0: 1F0 comes before 0F0, which it depends on"),
+    ({"order": "0F0 1F0 0B0 1B0"}, "[order] rank 0, position 2: 0B0 comes before 1B0, which it depends on"),
+    ({"order": "0F0 1F0 0I0 1I0 1W0 0W0"}, "[order] rank 0, position 2: 0I0 comes before 1I0, which it depends on"),
+    ({"order": "0F0 1F0 1I0 0W0 0I0 1W0"}, "[order] rank 0, position 3: 0W0 comes before 0I0, which it depends on"),
+])
+def test_two_stages_on_one_rank_keep_their_dependencies(changes, message):
+    """One rank holding both stages (interleaved p=1, v=2): the order on the rank alone must
+    respect that stage 1's F needs stage 0's, and stage 0's backward stage 1's."""
+    schedule = build("interleaved", ranks=1, microbatches=1, chunks=2)
+    if "order" in changes:
+        schedule = with_order(schedule, [changes.pop("order")])
+    with pytest.raises(ScheduleError) as info:
+        validate(replace(schedule, **changes))
+    assert str(info.value) == message
+    validate(with_order(build("interleaved", ranks=1, microbatches=1, chunks=2), ["0F0 1F0 1I0 0I0 0W0 1W0"]))
