@@ -289,3 +289,25 @@ def test_two_stages_on_one_rank_keep_their_dependencies(changes, message):
         validate(replace(schedule, **changes))
     assert str(info.value) == message
     validate(with_order(build("interleaved", ranks=1, microbatches=1, chunks=2), ["0F0 1F0 1I0 0I0 0W0 1W0"]))
+
+
+@pytest.mark.parametrize("name, changes, message", [
+    ("1f1b", {"order": ["0F0 0F1 0B0 0B1 0SEND_F0", "1F0 1B0 1F1 1B1"]},
+     "[compute-only] rank 0, position 4: 0SEND_F0 is a communication action; a Schedule holds F/B/I/W only"),
+    ("1f1b", {"order": ["0F0 0F1 0B0 0B1 2F0", "1F0 1B0 1F1 1B1"]},
+     "[stage-range] rank 0, position 4: 2F0 names stage 2, outside 0..1"),
+    ("1f1b", {"order": ["0F0 0F1 0B0 0B1 0F1", "1F0 1B0 1F1 1B1"]},
+     "[duplicate] rank 0, position 4: 0F1 appears twice (first at position 1)"),
+    ("1f1b", {"order": ["0F0 0F1 0B0 0B1"]}, "[sizes] schedule: order has 1 rows, expected one per rank (2)"),
+    ("1f1b", {"stage_to_rank": (0, 2)}, "[placement] stage 1: placed on rank 2, outside 0..1"),
+    ("interleaved", {"stage_to_rank": (0, 0, 0, 1)}, "[placement] rank 0: holds stages [0, 1, 2]; every rank must hold 2"),
+    ("1f1b", {"order": ["0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1 1I1"]},
+     "[backward-split] rank 1: 1B1 and a split backward (1I1/1W1) both run"),  # B with I alone
+])
+def test_each_schedule_rule_names_where_and_what(name, changes, message):
+    schedule = build(name, ranks=2, microbatches=2)
+    if "order" in changes:
+        schedule = with_order(schedule, changes.pop("order"))
+    with pytest.raises(ScheduleError) as info:
+        validate(replace(schedule, **changes))
+    assert str(info.value) == message
