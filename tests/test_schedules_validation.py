@@ -283,6 +283,7 @@ def test_two_stages_on_one_rank_keep_their_dependencies(changes, message):
     """One rank holding both stages (interleaved p=1, v=2): the order on the rank alone must
     respect that stage 1's F needs stage 0's, and stage 0's backward stage 1's."""
     schedule = build("interleaved", ranks=1, microbatches=1, chunks=2)
+    changes = dict(changes)  # the parameter itself is shared by every run of the test
     if "order" in changes:
         schedule = with_order(schedule, [changes.pop("order")])
     with pytest.raises(ScheduleError) as info:
@@ -306,6 +307,7 @@ def test_two_stages_on_one_rank_keep_their_dependencies(changes, message):
 ])
 def test_each_schedule_rule_names_where_and_what(name, changes, message):
     schedule = build(name, ranks=2, microbatches=2)
+    changes = dict(changes)  # the parameter itself is shared by every run of the test
     if "order" in changes:
         schedule = with_order(schedule, changes.pop("order"))
     with pytest.raises(ScheduleError) as info:
