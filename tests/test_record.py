@@ -147,3 +147,25 @@ def test_relative_error_is_scaled_by_the_reference():
     assert relative_error(None, want) == 1.0  # a missing gradient counts as zeros
     assert relative_error(torch.zeros(2), torch.zeros(2)) == 0.0
     assert relative_error(torch.ones(2), torch.zeros(2)) == float("inf")
+
+
+def test_reference_gives_an_unused_parameter_a_zero_gradient():
+    """A parameter the loss never reaches has no .grad after backward: the reference must
+    still name it, with zeros (what the pipeline's stage leaves it), not fail."""
+    from torch import nn
+
+    from runtime import from_layers
+    from runtime.reference import compute
+
+    class WithSpare(nn.Linear):
+        def __init__(self):
+            super().__init__(3, 3)
+            self.spare = nn.Parameter(torch.ones(2))
+
+    torch.manual_seed(0)
+    model = from_layers(nn.Sequential(WithSpare(), nn.Linear(3, 3)), nn.functional.mse_loss,
+                        torch.randn(4, 3), torch.randn(4, 3))
+    ref = compute(model, torch.device("cpu"))
+    spare = [name for name in ref.grads if name.endswith("spare")]
+    assert len(spare) == 1 and torch.equal(ref.grads[spare[0]], torch.zeros(2))
+    assert all(g.abs().sum() > 0 for name, g in ref.grads.items() if name not in spare)
