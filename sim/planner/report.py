@@ -133,7 +133,10 @@ def explain(plan: Plan) -> str:
                  f"device time over a makespan of {best.makespan_ns / 1e9:.3f} s (interleaved-1F1B closed form "
                  f"(p-1)/(vm+p-1) = {closed:.1%}, for comparison), {bubble * best.makespan_ns / 1e9:.3f} s per GPU idle.")
     after = max(best.costs.after_ns) / 1e9
-    lines.append(f"   Data parallelism (d = {c.dp}, ZeRO {c.zero}): gradient sync, optimizer step and weight gather take "
+    work = {0: "gradient all-reduce and optimizer step", 1: "gradient reduce-scatter, optimizer step and weight gather",
+            2: "last layer's gradient reduce-scatter, optimizer step and weight gather",
+            3: "first layer's weight gather, last layer's gradient reduce-scatter and optimizer step"}[c.zero]
+    lines.append(f"   Data parallelism (d = {c.dp}, ZeRO {c.zero}): {work} take "
                  f"{after:.3f} s per rank after its last backward; {best.exposed_data_parallel:.3f} s of it extends the step "
                  f"beyond the pipeline, the rest hides behind the other ranks' drain.")
     lines += ["", "4. Runner-up on each axis (best configuration that differs from the winner there):"]
