@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .errors import ScheduleError
 from .io import from_dict, infer_schedule, read_csv_rows, read_json
-from .lowering import insert_comms
+from .lowering import insert_comms, insert_grad_reductions
 from .registry import generator
 from .schedule import Program, Schedule
 from .validate import check_program, check_rules, find_deadlock
@@ -42,12 +42,19 @@ def check_schedule(schedule: Schedule) -> Program:
     return program
 
 
-def lower(schedule: Schedule) -> Program:
-    """The checked, lowered Program of `schedule`; raises ScheduleError naming the broken rule."""
+def lower(schedule: Schedule, data_parallel: int = 1) -> Program:
+    """The checked, lowered Program of `schedule`; raises ScheduleError naming the broken rule.
+
+    With `data_parallel` > 1 replicas the program also reduces each stage's gradients
+    (REDUCE_GRAD after its last backward, `lowering.insert_grad_reductions`)."""
     kept = vars(schedule).get(_PROGRAM)
     if kept is None:
         kept = check_schedule(schedule)
         vars(schedule)[_PROGRAM] = kept
+    if data_parallel > 1:
+        reduced = insert_grad_reductions(kept)
+        check_program(reduced)
+        return reduced
     return kept
 
 

@@ -4,11 +4,16 @@ Rule (deterministic, one pass per rank): a RECV goes immediately before the comp
 action that consumes the received tensor, a SEND immediately after the compute action
 that produced it. Stages on the same rank hand tensors over in memory, with no action.
 Lowering checks nothing: `schedules.checked` composes it with the validation.
+
+With data parallelism (d > 1 replicas of the pipeline), `insert_grad_reductions` adds one
+REDUCE_GRAD per stage right after the stage's last backward (B, or W with split
+backward), as torch.distributed.pipelining's `_add_reduce_grad` places it, so that its
+all-reduce overlaps the rest of the pipeline's drain.
 """
 
 from __future__ import annotations
 
-from .ir import Action, Kind
+from .ir import REDUCE_GRAD, Action, Kind
 from .schedule import Program, Schedule
 
 
@@ -66,3 +71,16 @@ def _action(stage: int, kind: Kind, microbatch: int, _new=object.__new__, _stage
     _kind(action, kind)
     _microbatch(action, microbatch)
     return action
+def insert_grad_reductions(program: Program) -> Program:
+    """`program` with a REDUCE_GRAD after each stage's last B or W (unchecked)."""
+    streams = []
+    for stream in program.streams:
+        last = {a.stage: i for i, a in enumerate(stream) if a.kind in (Kind.B, Kind.W)}
+        after = {i: stage for stage, i in last.items()}
+        out: list[Action] = []
+        for i, action in enumerate(stream):
+            out.append(action)
+            if i in after:
+                out.append(REDUCE_GRAD(after[i]))
+        streams.append(tuple(out))
+    return Program(schedule=program.schedule, streams=tuple(streams))

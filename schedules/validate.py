@@ -179,10 +179,12 @@ def check_program(program: Program) -> None:
         compute = tuple(a for a in stream if a.kind.is_compute)
         if compute != schedule.order[rank]:
             raise _fail("stream-order", f"rank {rank}", "compute actions of the stream differ from the schedule's order")
-        moved = [None if a.kind.is_compute else a.transfer for a in stream]
+        moved = [a.transfer if a.kind.is_comm else None for a in stream]
         transfers.append(moved)
         last = {(a.kind.is_send, t): i for i, (a, t) in enumerate(zip(stream, moved)) if t is not None}
         for pos, (action, transfer) in enumerate(zip(stream, moved)):
+            if action.kind.is_collective:
+                continue  # _check_grad_reductions
             if transfer is None:
                 where = f"rank {rank}, position {pos}"
                 here = s2r[action.stage]
@@ -209,7 +211,38 @@ def check_program(program: Program) -> None:
         if (not is_send, transfer) not in comm_seen:
             other, peer = (transfer.recv(), transfer.receiver) if is_send else (transfer.send(), transfer.sender)
             raise _fail("unmatched", f"rank {rank}, position {pos}", f"{action} has no matching {other} on rank {s2r[peer]}")
+    _check_grad_reductions(program)
     _check_deadlock(program, transfers)
+
+
+def _check_grad_reductions(program: Program) -> None:
+    """REDUCE_GRAD (data parallelism): none at all, or one per stage, on the stage's rank,
+    after the stage's last backward (B, or W with split backward) on that rank."""
+    schedule = program.schedule
+    s2r = schedule.stage_to_rank
+    found: dict[int, tuple[int, int]] = {}
+    for rank, stream in enumerate(program.streams):
+        last_backward: dict[int, int] = {}
+        for pos, action in enumerate(stream):
+            if action.kind in (Kind.B, Kind.W):
+                last_backward[action.stage] = pos
+        for pos, action in enumerate(stream):
+            if not action.kind.is_collective:
+                continue
+            where = f"rank {rank}, position {pos}"
+            stage = action.stage
+            if not 0 <= stage < schedule.num_stages or s2r[stage] != rank:
+                raise _fail("placement", where, f"{action} names stage {stage}, which does not sit on rank {rank}")
+            if stage in found:
+                raise _fail("duplicate", where, f"{action} appears twice")
+            found[stage] = (rank, pos)
+            if last_backward.get(stage, len(stream)) > pos:
+                raise _fail("reduce-after-backward", where,
+                            f"{action} runs before stage {stage}'s last backward, whose gradients it reduces")
+    if found and len(found) != schedule.num_stages:
+        stage = min(set(range(schedule.num_stages)) - set(found))
+        raise _fail("missing-reduce", f"rank {s2r[stage]}",
+                    f"{stage}REDUCE_GRAD never runs, but other stages reduce their gradients")
 
 
 def _check_deadlock(program: Program, transfers: list[list[Transfer | None]]) -> None:
