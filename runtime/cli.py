@@ -3,14 +3,16 @@
     torchrun --nproc-per-node 2 -m runtime --schedule 1f1b --microbatches 8 \\
         --model mlp --layers 8 --hidden 512 --batch-size 64 --steps 10 --warmup 2 --out runs/NAME
 
-The world size is the schedule's number of ranks (or must equal the ranks of a
---program file). Without torchrun it runs as a single rank. Exit codes: 0 done,
+The world size is pp x dp x tp (runtime/layout.py): --dp data-parallel replicas of a
+--tp-way tensor-parallel pipeline of --pp ranks (default world / (dp x tp)), the
+schedule's (or --program file's) ranks. Without torchrun it runs as a single rank. Exit codes: 0 done,
 1 a peer failed or --check found a mismatch, 2 a bad configuration.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime
 import gc
 import os
@@ -27,14 +29,28 @@ import schedules
 
 from .errors import ConfigError, PeerError
 from .executor import POST_AHEAD_NAMES, RunOptions, default_device, execute, prepare
+from .layout import Layout
 from .models import MODELS, ModelSpec, build
 from .profile import clear_profile, collect, write_profile
 from .record import clear_summary, format_summary, write_outputs
 
 
+class DefaultsHelp(argparse.HelpFormatter):
+    """Help that states each option's default (argparse's ArgumentDefaultsHelpFormatter skips
+    options without help text and prints "(default: None)" for the rest)."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        unset = action.default is None or action.default is False or action.default == argparse.SUPPRESS
+        if action.option_strings and not unset and "default" not in text:
+            action = copy.copy(action)
+            action.help = f"{text} (default: %(default)s)".strip()
+        return super()._format_action(action)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m runtime",
+        prog="python -m runtime", formatter_class=DefaultsHelp,
         description="Run a pipeline schedule's lowered instruction streams on torch.distributed (launch with torchrun).",
     )
     what = p.add_argument_group("schedule (one of --schedule or --program)")
@@ -42,6 +58,10 @@ def parser() -> argparse.ArgumentParser:
     what.add_argument("--microbatches", type=int, help="microbatches per step (with --schedule)")
     what.add_argument("--chunks", type=int, help="stages per rank, for schedules that take it (interleaved)")
     what.add_argument("--program", type=Path, help="a lowered program or schedule file (.json or .csv)")
+    layout = p.add_argument_group("layout (pp x dp x tp = world size; see runtime/layout.py)")
+    layout.add_argument("--pp", type=int, help="pipeline ranks, the schedule's ranks (default: world size / (dp x tp))")
+    layout.add_argument("--dp", type=int, default=1, help="data-parallel replicas of the pipeline")
+    layout.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks inside each stage")
     model = p.add_argument_group("model")
     model.add_argument("--model", default="mlp", choices=MODELS)
     model.add_argument("--layers", type=int, default=8, help="layers (mlp blocks or transformer blocks)")
@@ -68,8 +88,9 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def load_program(args: argparse.Namespace, world_size: int) -> schedules.Program:
-    """The program to run, from --program or --schedule; raises ConfigError."""
+def load_program(args: argparse.Namespace, pipeline_ranks: int, data_parallel: int = 1) -> schedules.Program:
+    """The program to run, from --program or --schedule (with gradient reductions when
+    `data_parallel` > 1; a program file without them gets them in `prepare`); raises ConfigError."""
     try:
         if args.program is not None:
             if args.schedule is not None:
@@ -81,8 +102,8 @@ def load_program(args: argparse.Namespace, world_size: int) -> schedules.Program
             raise ConfigError("give --schedule NAME --microbatches M, or --program FILE")
         if args.microbatches is None:
             raise ConfigError("--schedule needs --microbatches")
-        schedule = schedules.build(args.schedule, ranks=world_size, microbatches=args.microbatches, chunks=args.chunks)
-        return schedules.lower(schedule)
+        schedule = schedules.build(args.schedule, ranks=pipeline_ranks, microbatches=args.microbatches, chunks=args.chunks)
+        return schedules.lower(schedule, data_parallel)
     except schedules.ScheduleError as exc:
         raise ConfigError(str(exc)) from None
 
@@ -155,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     report_termination(rank)
     try:
         rank, world, local_rank = _environment()
-        program = load_program(args, world)
+        layout = Layout.for_world(world, args.pp, args.dp, args.tp)
+        program = load_program(args, layout.pp, layout.dp)
         spec = ModelSpec(
             model=args.model, layers=args.layers, hidden=args.hidden, batch_size=args.batch_size,
             heads=args.heads, seq_len=args.seq_len, vocab=args.vocab, seed=args.seed,
@@ -163,15 +185,16 @@ def main(argv: list[str] | None = None) -> int:
         spec.check()
         options = RunOptions(
             steps=args.steps, warmup=args.warmup, timeout=args.timeout, check=args.check,
-            split=parse_split(args.split), post_ahead=args.post_ahead,
+            split=parse_split(args.split), post_ahead=args.post_ahead, layout=layout,
         )
         model = build(spec)
-        prepare(program, model, options, world)  # every configuration error surfaces here, on every rank
+        program = prepare(program, model, options, world).program  # every configuration error surfaces here, on every rank
     except ConfigError as exc:
         print(f"rank {rank}: error: {exc}", file=sys.stderr)
         return 2
     schedule = program.schedule
-    out = args.out or Path("runs") / f"{schedule.name}-p{schedule.ranks}-m{schedule.microbatches}"
+    axes = "".join(f"-{axis}{n}" for axis, n in (("d", layout.dp), ("t", layout.tp)) if n > 1)
+    out = args.out or Path("runs") / f"{schedule.name}-p{schedule.ranks}-m{schedule.microbatches}{axes}"
     device = default_device()
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -191,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         result = execute(program, model, options, device, on_ready=ready)
         profile = None
         if args.profile_layers or args.profile_p2p:
-            profile = collect(program, model, device, layers=args.profile_layers, p2p=args.profile_p2p)
+            profile = collect(program, model, device, layers=args.profile_layers, p2p=args.profile_p2p, layout=layout)
     except ConfigError as exc:
         print(f"rank {rank}: error: {exc}", file=sys.stderr)
         dist.destroy_process_group()

@@ -5,7 +5,10 @@ microbatch); both ends read the same one from their action (`Action.transfer`), 
 dense number (`Transfer.number`) is the message tag.
 
 Both transports open one two-rank process group per direction of each communicating
-pair, so traffic A->B never shares a connection, a lock or a stream with B->A. On gloo
+pair, so traffic A->B never shares a connection, a lock or a stream with B->A. Peers
+are global ranks: the caller maps the schedule's (pipeline) ranks to the global ranks of
+its pipeline with `runtime.layout.Layout.pipeline`, and every pipeline of the layout
+(one per dp and tp coordinate) gets its own pairs. On gloo
 this matters: its TCP transport has one connection per rank pair and group, carrying
 both directions, whose event-loop thread holds the pair's lock while it moves a payload
 and whose isend/irecv calls take the same lock (gloo/transport/tcp/pair.cc).
@@ -31,6 +34,7 @@ from schedules import Program
 from schedules.ir import Transfer, transfer_count
 
 from .errors import PeerError
+from .layout import Layout
 
 TRANSPORTS = ("tagged", "ordered")
 
@@ -58,9 +62,11 @@ def directed_pairs(program: Program) -> list[tuple[int, int]]:
 class Transport:
     """Posts sends and receives for one rank and waits on them with a timeout."""
 
-    def __init__(self, program: Program, rank: int, timeout: float, kind: str):
+    def __init__(self, program: Program, rank: int, timeout: float, kind: str, layout: Layout | None = None):
+        """`rank` is this process's global rank; `layout` None means a pipeline-only world."""
         if kind not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}; got {kind!r}")
+        layout = layout or Layout(program.schedule.ranks)
         self.rank = rank
         self.kind = kind
         self.timeout = timeout
@@ -75,11 +81,14 @@ class Transport:
         # there and checked against the timeout at the step's end (`settle`).
         self.stream_ordered = dist.get_backend() == "nccl"
         self._consumed: list[tuple[dist.Work, str, int]] = []
-        # new_group is collective over the world: every rank creates every group, in order.
-        for pair in directed_pairs(program):
-            group = dist.new_group(list(pair))
-            if rank in pair:
-                self._groups[pair] = group
+        # new_group is collective over the world: every rank creates every group, in order
+        # (pipeline by pipeline); keys are global (sender, receiver) ranks.
+        for pipeline in layout.pipelines():
+            for src, dst in directed_pairs(program):
+                pair = (pipeline[src], pipeline[dst])
+                group = dist.new_group(list(pair))
+                if rank in pair:
+                    self._groups[pair] = group
 
     def close(self) -> None:
         """Destroy the per-direction groups this run created (every rank calls this)."""

@@ -18,6 +18,14 @@ Per action:
 - SEND posts a non-blocking send; it is completed before the step ends. Its row in
   the timeline runs from posting to delivery, i.e. the end of the matching RECV on the
   receiver (neither backend lets a sender observe delivery without blocking).
+- REDUCE_GRAD (data parallelism, `runtime.data_parallel`) launches the asynchronous
+  all-reduce of its stage's gradients on the rank's dp group; every one is waited for
+  before the step ends. Its row runs from the launch to the first time the rank saw it
+  complete (checked after each action; on NCCL: when waited for at the step's end).
+
+With a `runtime.layout.Layout` of dp x tp pipelines, every pipeline runs the same
+streams: the stream's rank is the pipeline rank, peers are the global ranks of the same
+pipeline, and each dp replica takes its equal share of the batch.
 
 A step is the forward and backward of every microbatch of one batch: gradients are
 zeroed before it and hold the full-batch gradient after it; no optimizer runs. Call
@@ -27,6 +35,7 @@ in one group (tests run a whole matrix of configurations this way).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -39,17 +48,24 @@ from torch import Tensor
 
 from schedules import Kind, Program
 from schedules.ir import Transfer
+from schedules.lowering import insert_grad_reductions
+from schedules.validate import check_program
 from schedules.posting import STEP, PostAhead, post_positions, posting_plan
 from schedules.stages import role_of
 
 from . import reference
 from .clock import clock_for
 from .comm import TRANSPORTS, Transport, check_boundary, decode_meta, encode_meta, reason
+from .data_parallel import GradReducer
 from .errors import ConfigError, PeerError
+from .layout import Layout, device_mesh
 from .memory import SavedTensorMeter
 from .models import PipelineModel, microbatch_sizes, partition
 from .record import RunResult, gather
 from .stage import Stage
+from .tensor_parallel import (
+    apply_tensor_parallel, check_tensor_parallel, collective_failure, full_gradients, local_numel,
+)
 
 POST_AHEAD_NAMES = ("auto", STEP)
 
@@ -78,6 +94,7 @@ class RunOptions:
     split: tuple[int, ...] | None = None
     transport: str | None = None
     post_ahead: int | str = "auto"
+    layout: Layout | None = None  # None: every rank is a pipeline rank (pp = world size)
 
     def validate(self) -> None:
         if not isinstance(self.steps, int) or self.steps < 1:
@@ -110,21 +127,39 @@ class Plan:
     model: PipelineModel
     options: RunOptions
     layers: tuple[range, ...]  # per stage
-    sizes: tuple[int, ...]  # rows per microbatch
+    sizes: tuple[int, ...]  # rows per microbatch (of one data-parallel replica's share)
+    layout: Layout
 
 
 def prepare(program: Program, model: PipelineModel, options: RunOptions, world_size: int) -> Plan:
     """Check that program, model, options and world size fit together; raises ConfigError."""
     options.validate()
     schedule = program.schedule
-    if world_size != schedule.ranks:
+    layout = options.layout or Layout(world_size)
+    if layout.size != world_size:
+        raise ConfigError(f"the layout {layout.describe()} has {layout.size} ranks but the world has {world_size}")
+    if layout.pp != schedule.ranks and layout.size == layout.pp:
         raise ConfigError(
             f"the schedule {schedule.describe()} needs {schedule.ranks} ranks but the world has {world_size} "
             f"(launch with torchrun --nproc-per-node {schedule.ranks}, or that many ranks across nodes)"
         )
+    if layout.pp != schedule.ranks:
+        raise ConfigError(
+            f"the schedule {schedule.describe()} needs {schedule.ranks} pipeline ranks but the layout has "
+            f"pp={layout.pp} ({layout.describe()}; launch pp x dp x tp = {schedule.ranks * layout.dp * layout.tp} "
+            "ranks with torchrun, or give --pp)"
+        )
+    check_tensor_parallel(model, layout.tp)
+    if model.batch_size % layout.dp:
+        raise ConfigError(
+            f"--batch-size {model.batch_size} is not divisible by --dp {layout.dp}: every replica takes an equal share"
+        )
+    if layout.dp > 1 and not any(a.kind is Kind.REDUCE_GRAD for stream in program.streams for a in stream):
+        program = insert_grad_reductions(program)  # a program file lowered without data parallelism
+        check_program(program)
     layers = partition(len(model.layers), schedule.num_stages, options.split)
-    sizes = microbatch_sizes(model.batch_size, schedule.microbatches)
-    return Plan(program, model, options, layers, tuple(sizes))
+    sizes = microbatch_sizes(model.batch_size // layout.dp, schedule.microbatches)
+    return Plan(program, model, options, layers, tuple(sizes), layout)
 
 
 def default_device() -> torch.device:
@@ -199,12 +234,13 @@ class Session:
             payload = state.payload(self._reference)
         finally:
             self.close()
-        gathered = [None] * dist.get_world_size() if state.rank == 0 else None
+        first = state.global_rank == 0
+        gathered = [None] * dist.get_world_size() if first else None
         dist.gather_object(payload, gathered, dst=0)
-        result = gather(self.plan, gathered, state.backend, self.device) if state.rank == 0 else None
+        result = gather(self.plan, gathered, state.backend, self.device) if first else None
         verdict = [None if result is None else result.passed]
         dist.broadcast_object_list(verdict, src=0)
-        return result if result is not None else RunResult(rank=state.rank, passed=verdict[0])
+        return result if result is not None else RunResult(rank=state.global_rank, passed=verdict[0])
 
     def close(self, keep_groups: bool = False) -> None:
         """Give the modules back their own forward and drop this run's groups (idempotent).
@@ -264,6 +300,15 @@ class SendOp:
 
 
 @dataclass(frozen=True, slots=True)
+class ReduceOp:
+    """Launch the gradient all-reduce of `stage` (stream position `position`, `label` its REDUCE_GRAD)."""
+
+    position: int
+    stage: Stage
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
 class PostOp:
     """Post `receives`; `at_recv` when this is the RECV at `position` itself (its row starts
     here), else the receives are posted ahead of their RECVs."""
@@ -273,7 +318,7 @@ class PostOp:
     at_recv: bool
 
 
-Op = ComputeOp | SendOp | PostOp
+Op = ComputeOp | SendOp | PostOp | ReduceOp
 
 
 @dataclass
@@ -302,7 +347,11 @@ class _RankState:
     def __init__(self, plan: Plan, device: torch.device):
         self.plan = plan
         self.device = device
-        self.rank = dist.get_rank()
+        # `rank` is this process's pipeline rank (its stream); `global_rank` its place in the world.
+        self.global_rank = dist.get_rank()
+        self.coords = plan.layout.coords(self.global_rank)
+        self.rank = self.coords.pp
+        self.peers = plan.layout.pipeline(self.global_rank)  # pipeline rank -> global rank
         self.backend = dist.get_backend()
         program = plan.program
         schedule = program.schedule
@@ -314,16 +363,24 @@ class _RankState:
         self.local = schedule.rank_stages[self.rank]
         m = schedule.microbatches
 
-        inputs = model.inputs.to(device)
-        targets = model.targets.to(device)
+        # This replica's equal share of the batch (all of it without data parallelism).
+        share = model.batch_size // plan.layout.dp
+        rows = slice(self.coords.dp * share, (self.coords.dp + 1) * share)
+        inputs = model.inputs[rows].to(device)
+        targets = model.targets[rows].to(device)
         self.inputs = list(torch.tensor_split(inputs, m))
-        weights = [n / model.batch_size for n in plan.sizes]
+        weights = [n / share for n in plan.sizes]
         split_stages = {a.stage for a in self.stream if a.kind is Kind.I}
         roles = {s: role_of(s, num_stages) for s in self.local}
         modules = {
             s: model.stage_module(plan.layers[s], roles[s].holds_prologue, roles[s].holds_epilogue).to(device)
             for s in self.local
         }
+        # The layout's mesh (collective: every rank builds it, before the transport's groups).
+        self.mesh = device_mesh(plan.layout, device.type, options.timeout) if plan.layout.size > plan.layout.pp else None
+        self.tp_ranks = plan.layout.tp_group(self.global_rank)
+        if plan.layout.tp > 1:
+            modules = {s: apply_tensor_parallel(mod, self.mesh["tp"]) for s, mod in modules.items()}
         params = [p for mod in modules.values() for p in mod.parameters()]
         self.meter = SavedTensorMeter([*params, inputs, targets])
         self.stages: dict[int, Stage] = {}
@@ -337,7 +394,14 @@ class _RankState:
                 split=s in split_stages,
             )
         kind = options.transport or ("ordered" if self.backend == "nccl" else "tagged")
-        self.transport = Transport(program, self.rank, options.timeout, kind)
+        layout = plan.layout
+        # torch's mesh (collective: every rank builds it, before the transport's groups).
+        self.mesh = device_mesh(layout, device.type) if layout.dp * layout.tp > 1 else None
+        self.reducer = GradReducer(
+            self.mesh["dp"].get_group() if layout.dp > 1 else None, layout.dp_group(self.global_rank),
+            self.global_rank, options.timeout, stream_ordered=self.backend == "nccl",
+        )
+        self.transport = Transport(program, self.global_rank, options.timeout, kind, layout)
         self.clock = clock_for(device)
         self.shapes: dict[int, tuple[torch.Size, torch.dtype]] = {}  # boundary s->s+1: shape of mb 0
         self.logs: list[_StepLog] = []
@@ -370,10 +434,10 @@ class _RankState:
                 x = carried
             else:
                 status, shape, dtype = decode_meta(
-                    self.transport.recv_meta(s2r[s - 1], self.device, f"the shape of stage {s - 1}'s output")
+                    self.transport.recv_meta(self.peers[s2r[s - 1]], self.device, f"the shape of stage {s - 1}'s output")
                 )
                 if status:
-                    error = error or f"stage {s - 1} (rank {s2r[s - 1]}) failed its shape check"
+                    error = error or f"stage {s - 1} (rank {self.peers[s2r[s - 1]]}) failed its shape check"
                     x = None
                 else:
                     self.shapes[s - 1] = (shape, dtype)
@@ -399,7 +463,7 @@ class _RankState:
                     carried = y
                 else:
                     meta = encode_meta(y if error is None else None, 1 if error else 0, self.device)
-                    self.transport.send_meta(meta, s2r[s + 1], f"sending the shape of stage {s}'s output")
+                    self.transport.send_meta(meta, self.peers[s2r[s + 1]], f"sending the shape of stage {s}'s output")
         errors = [None] * dist.get_world_size()
         dist.all_gather_object(errors, error)
         first = next((e for e in errors if e is not None), None)
@@ -424,7 +488,8 @@ class _RankState:
             """What to post for the RECV at `position`: its transfer, or the ordered transport's plan."""
             transfers = plan.get(position, (self.stream[position].transfer,))
             return tuple(
-                Receive(t, s2r[t.sender], *self._buffer_shape(t), recv_at[t], str(t.recv())) for t in transfers
+                Receive(t, self.peers[s2r[t.sender]], *self._buffer_shape(t), recv_at[t], str(t.recv()))
+                for t in transfers
             )
 
         ops: list[Op] = []
@@ -436,13 +501,15 @@ class _RankState:
                 ops.append(ComputeOp(i, a.kind, self.stages[a.stage], a.microbatch, a.consumes(num_stages),
                                      a.produces(num_stages), split))
             elif a.kind.is_send:
-                ops.append(SendOp(i, a.transfer, s2r[a.transfer.receiver], str(a)))
+                ops.append(SendOp(i, a.transfer, self.peers[s2r[a.transfer.receiver]], str(a)))
+            elif a.kind is Kind.REDUCE_GRAD:
+                ops.append(ReduceOp(i, self.stages[a.stage], str(a)))
             else:
                 ops.append(PostOp(i, receives(i) if ahead.at_recv else (), at_recv=True))
         self.ops = ops
         self.static_rows = [
             (self.rank, a.stage, self.schedule.chunk_of(a.stage), a.microbatch, a.kind.value, str(a),
-             -1 if a.kind.is_compute else s2r[a.peer_stage()])
+             s2r[a.peer_stage()] if a.kind.is_comm else -1)
             for a in self.stream
         ]
 
@@ -460,7 +527,7 @@ class _RankState:
             else:
                 dist.barrier()
         except RuntimeError as exc:
-            raise PeerError(f"rank {self.rank}: barrier {where} failed: {reason(exc, -1, self.plan.options.timeout)}") from None
+            raise PeerError(f"rank {self.global_rank}: barrier {where} failed: {reason(exc, -1, self.plan.options.timeout)}") from None
 
     def step(self, measured: int | None) -> float:
         """One step (forward and backward of every microbatch); `measured` is its index, None
@@ -509,6 +576,7 @@ class _RankState:
         cuda_after = [0] * n if device.type == "cuda" else None
         stamp = self.clock.stamp
         inputs = self.inputs
+        reducer = self.reducer
         mailbox: dict = {}
         pending: dict = {}
         sends: list = []
@@ -530,6 +598,10 @@ class _RankState:
                 tensor = mailbox.pop(op.transfer)
                 sends.append((transport.isend(tensor, op.peer, op.transfer), tensor, op.peer, op.label))
                 continue
+            if type(op) is ReduceOp:
+                starts[i] = stamp()
+                reducer.launch(i, op.label, op.stage.params)
+                continue
             x = None
             if op.consumes is not None:
                 recv = pending.pop(op.consumes, None)
@@ -542,24 +614,34 @@ class _RankState:
             before[i] = meter.bytes
             starts[i] = stamp()
             kind, stage, mb = op.kind, op.stage, op.microbatch
-            if kind is Kind.F:
-                out = stage.forward(mb, inputs[mb] if x is None else x, op.split)
-            elif kind is Kind.B:
-                out = stage.backward(mb, x)
-            elif kind is Kind.I:
-                out = stage.backward_input(mb, x)
-            else:
-                out = stage.backward_weight(mb)
+            try:
+                if kind is Kind.F:
+                    out = stage.forward(mb, inputs[mb] if x is None else x, op.split)
+                elif kind is Kind.B:
+                    out = stage.backward(mb, x)
+                elif kind is Kind.I:
+                    out = stage.backward_input(mb, x)
+                else:
+                    out = stage.backward_weight(mb)
+            except RuntimeError as exc:  # a tp peer failed inside the action's collectives
+                failure = collective_failure(exc, self.global_rank, str(self.stream[i]), self.tp_ranks,
+                                             self.plan.options.timeout)
+                if failure is None:
+                    raise
+                raise failure from None
             if op.produces is not None:
                 mailbox[op.produces] = out
             ends[i] = stamp()
             after[i] = meter.bytes
             if cuda_after is not None:
                 cuda_after[i] = torch.cuda.memory_allocated(device)
+            if reducer.in_flight:
+                reducer.poll(ends, stamp)
+        reducer.settle(ends, stamp)
         transport.settle([(work, text, peer) for work, _, peer, text in sends])
         if mailbox or pending:
             left = sorted(str(k) for k in (*mailbox, *pending))
-            raise RuntimeError(f"rank {self.rank}: step ended with undelivered transfers {left}")
+            raise RuntimeError(f"rank {self.global_rank}: step ended with undelivered transfers {left}")
         return _StepLog(starts, ends, before, after, cuda_after)
 
     # --------------------------------------------------------------- results
@@ -593,16 +675,22 @@ class _RankState:
         check = None
         if ref is not None:
             errors = {}
-            for stage in self.stages.values():
-                for name, p in stage.module.named_parameters():
-                    if p.requires_grad:
-                        errors[name] = reference.relative_error(p.grad, ref.grads[name])
-            loss_error = None
-            if self.losses:
-                loss_error = abs(self.losses[-1] - ref.loss) / max(abs(ref.loss), 1e-30)
-            check = {"errors": errors, "loss_error": loss_error, "names": sorted(ref.grads)}
+            for stage in self.stages.values():  # tp shards gathered whole (collective over tp)
+                for name, grad in full_gradients(stage.module).items():
+                    errors[name] = reference.relative_error(grad, ref.grads[name])
+            # Replicas must end a step with the same gradients, bit for bit (one all-reduce
+            # result); under tp each rank digests its own shard, compared with its replicas'.
+            digest = hashlib.sha256()
+            for _, p in self.named_parameters_sorted():
+                grad = p.grad if p.grad is not None else torch.zeros_like(p)
+                grad = grad.to_local() if hasattr(grad, "to_local") else grad
+                digest.update(grad.detach().cpu().numpy().tobytes())
+            check = {"errors": errors, "reference_loss": ref.loss, "names": sorted(ref.grads),
+                     "grad_digest": digest.hexdigest()}
         return {
             "rank": self.rank,
+            "global_rank": self.global_rank,
+            "coords": tuple(self.coords),
             "timeline": timeline,
             "memory": memory,
             "cuda_memory": cuda_memory,
@@ -617,11 +705,14 @@ class _RankState:
                 for s, (shape, dtype) in self.shapes.items()
                 if s in self.local
             },
-            "params": {s: sum(p.numel() for p in st.params) for s, st in self.stages.items()},
-            "param_bytes": {s: sum(p.numel() * p.element_size() for p in st.params) for s, st in self.stages.items()},
+            "params": {s: local_numel(st.module) for s, st in self.stages.items()},  # this rank's tp shard
+            "param_bytes": {s: local_numel(st.module, bytes=True) for s, st in self.stages.items()},
             "batch_bytes": self.plan.model.inputs.nbytes + self.plan.model.targets.nbytes,
             "check": check,
         }
+
+    def named_parameters_sorted(self) -> list[tuple[str, torch.nn.Parameter]]:
+        return sorted((n, p) for stage in self.stages.values() for n, p in stage.module.named_parameters())
 
     def close(self, keep_groups: bool = False) -> None:
         for stage in self.stages.values():

@@ -7,6 +7,11 @@ blocking), never before its own start. Memory rows give, per rank, the bytes sav
 backward at the step start and after every compute action; on GPU, cuda_memory.csv
 (same schema) gives torch.cuda.memory_allocated after every compute action.
 
+With data or tensor parallelism (`runtime.layout`), the tables and per-stage costs are
+those of the pipeline at dp = tp = 0, whose rank column is the pipeline rank (the
+schedule's), as in the simulator; --check reads every rank, and summary.json records the
+layout.
+
 Metrics are the simulator's, per measured step (schedules.timeline.step_metrics defines
 them for both), then the median over steps: makespan, bubble_ratio and the zero-bubble
 paper's bubble_ratio_rank_span (longest rank span minus the busiest rank's compute, over
@@ -31,6 +36,7 @@ from schedules.ir import COMPUTE_NAMES, RECV_NAMES, SEND_NAMES
 from schedules.timeline import memory_frame, step_metrics, timeline_frame
 
 from .clock import __doc__ as CLOCK_DOC
+from .layout import MESH_DIMS
 
 SUMMARY = "summary.json"
 
@@ -51,7 +57,9 @@ def gather(plan, payloads: list[dict[str, Any]], backend: str, device: torch.dev
     """Rank 0's RunResult from every rank's payload: tables, summary dict and --check verdict."""
     program = plan.program
     schedule = program.schedule
-    payloads = sorted(payloads, key=lambda p: p["rank"])
+    everyone = payloads
+    # The tables are one pipeline's: the replica at dp = tp = 0, indexed by pipeline rank.
+    payloads = sorted((p for p in payloads if tuple(p["coords"][1:]) == (0, 0)), key=lambda p: p["rank"])
     # Payload rows end in (peer, start, end); the schema wants (start, end, peer, source).
     timeline = timeline_frame(
         (*row[:7], row[8], row[9], row[7], "measured") for p in payloads for row in p["timeline"]
@@ -82,12 +90,14 @@ def gather(plan, payloads: list[dict[str, Any]], backend: str, device: torch.dev
             }
         )
         stages.append(entry)
-    loss = next((p["loss"] for p in payloads if p["loss"] is not None), None)
+    loss = replica_loss(everyone)
     summary: dict[str, Any] = {
         "schedule": schedule.name,
         "ranks": schedule.ranks,
         "microbatches": schedule.microbatches,
         "chunks": schedule.chunks,
+        "layout": {"pp": plan.layout.pp, "dp": plan.layout.dp, "tp": plan.layout.tp,
+                   "mesh_dims": list(MESH_DIMS), "world_size": plan.layout.size},
         "placement": schedule.placement,
         "stages": schedule.num_stages,
         "model": dict(plan.model.flags),
@@ -103,6 +113,7 @@ def gather(plan, payloads: list[dict[str, Any]], backend: str, device: torch.dev
         "peak_activation_bytes": [p["peak_bytes"] for p in payloads],
         "peak_cuda_allocated_bytes": [p["peak_cuda_bytes"] for p in payloads] if device.type == "cuda" else None,
         "batch_bytes": payloads[0]["batch_bytes"],  # inputs and targets, held on every rank
+        "parameter_bytes": parameter_bytes(plan.model),
         "loss": loss,
         "stage_costs": stages,
         "backend": backend,
@@ -117,9 +128,19 @@ def gather(plan, payloads: list[dict[str, Any]], backend: str, device: torch.dev
     }
     passed = None
     if plan.options.check:
-        summary["check"] = check = _verdict(payloads, plan.options.tolerance)
+        summary["check"] = check = _verdict(everyone, plan.options.tolerance)
         passed = check["passed"]
     return RunResult(rank=0, passed=passed, summary=summary, timeline=timeline, memory=memory, cuda_memory=cuda_memory)
+
+
+def parameter_bytes(model) -> dict[str, Any]:
+    """Bytes of the whole model's parameters (= of their gradients) by unit: what a stage's
+    REDUCE_GRAD all-reduces is the sum over its units, for any cut of the model."""
+    def size(module) -> int:
+        return 0 if module is None else sum(p.numel() * p.element_size() for p in module.parameters())
+
+    return {"prologue": size(model.prologue), "layers": [size(layer) for layer in model.layers],
+            "epilogue": size(model.epilogue)}
 
 
 def set_delivery_times(timeline, program) -> None:
@@ -135,14 +156,21 @@ def set_delivery_times(timeline, program) -> None:
 
 def _verdict(payloads: list[dict[str, Any]], tolerance: float) -> dict[str, Any]:
     errors: dict[str, float] = {}
-    for p in payloads:
-        errors.update(p["check"]["errors"])
+    for p in payloads:  # with data parallelism every replica holds each name: keep the worst
+        for name, error in p["check"]["errors"].items():
+            errors[name] = max(error, errors.get(name, error))
     expected = payloads[0]["check"]["names"]
     missing = sorted(set(expected) - set(errors))
-    loss_error = next((p["check"]["loss_error"] for p in payloads if p["check"]["loss_error"] is not None), None)
+    loss, reference_loss = replica_loss(payloads), payloads[0]["check"]["reference_loss"]
+    loss_error = None if loss is None else abs(loss - reference_loss) / max(abs(reference_loss), 1e-30)
     worst = max(errors, key=errors.get) if errors else None
     max_error = errors[worst] if worst else 0.0
-    passed = not missing and loss_error is not None and max(max_error, loss_error) <= tolerance
+    # Data-parallel replicas (same pp and tp coordinates) must hold identical gradients.
+    digests: dict[tuple[int, int], set[str]] = {}
+    for p in payloads:
+        digests.setdefault((p["coords"][0], p["coords"][2]), set()).add(p["check"]["grad_digest"])
+    identical = all(len(d) == 1 for d in digests.values())
+    passed = not missing and identical and loss_error is not None and max(max_error, loss_error) <= tolerance
     return {
         "passed": passed,
         "tolerance": tolerance,
@@ -151,7 +179,15 @@ def _verdict(payloads: list[dict[str, Any]], tolerance: float) -> dict[str, Any]
         "loss_relative_error": loss_error,
         "parameters_checked": len(errors),
         "parameters_missing": missing,
+        "replicas_identical": identical,
     }
+
+
+def replica_loss(payloads: list[dict[str, Any]]) -> float | None:
+    """The batch's mean loss: the mean over data-parallel replicas (equal shares) of their last
+    stage's loss, read at tp = 0; None without one."""
+    losses = [p["loss"] for p in payloads if p["loss"] is not None and p["coords"][2] == 0]
+    return sum(losses) / len(losses) if losses else None
 
 
 def clear_summary(out: str | Path) -> None:
@@ -205,5 +241,6 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"({check['worst_parameter']}), loss error {check['loss_relative_error']:.3g}, "
             f"tolerance {check['tolerance']:g}"
             + (f"; no gradient for {', '.join(check['parameters_missing'])}" if check["parameters_missing"] else "")
+            + ("" if check["replicas_identical"] else "; data-parallel replicas hold different gradients")
         )
     return "\n".join(lines)

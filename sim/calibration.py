@@ -80,6 +80,14 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   and, with split backward, bytes kept from I to W: ``fixed[role] + layers x
   per_layer`` from the profile's byte counts (exact), else the run's per-stage values.
 - ``boundary_bytes``: bytes one microbatch sends across a stage boundary (the run's).
+- **Gradient all-reduce** (a run with dp > 1 replicas, REDUCE_GRAD rows): a stage's
+  reduction takes ``allreduce_latency + 2 (d-1)/d x bytes / allreduce_bandwidth`` (sim.costs),
+  bytes its parameters' (summary.json's ``parameter_bytes``, per layer, so any cut of the
+  model gets its own). Bandwidth from the all-reduce profile of ``--profile-p2p`` (least
+  squares of its median times on 2 (d-1)/d x bytes), latency the mean in-run REDUCE_GRAD
+  row (launch to completion, so it holds the wait for the slowest replica) minus the
+  bandwidth term; without a profile, bandwidth is unlimited and the latency is the in-run
+  mean. A prediction takes d from the run it predicts (`for_run`).
 
 **Quality** (``quality``): the calibration replays each run it was fitted on and stores,
 per run, the measured median step time, the simulated one, the signed self-replay error,
@@ -111,7 +119,7 @@ import numpy as np
 import pandas as pd
 
 from schedules.analysis import switches
-from schedules.ir import COMPUTE_NAMES, RECV_NAMES, SEND_NAMES
+from schedules.ir import COMPUTE_NAMES, RECV_NAMES, SEND_NAMES, Kind
 from schedules.posting import PostAhead, post_positions
 from schedules.stages import ROLES, balanced_layers, role_of
 
@@ -170,6 +178,10 @@ class Calibration:
     rank_spread: tuple[float, ...] = ()
     diagnostics: Mapping[str, Any] = field(default_factory=dict)
     quality: Mapping[str, Any] = field(default_factory=dict)
+    data_parallel: int = 1
+    allreduce_latency: float = 0.0
+    allreduce_bandwidth: float = math.inf
+    parameter_bytes: Mapping[str, Any] | None = None  # prologue, layers (list), epilogue
 
     # ------------------------------------------------------------------ prediction
     def for_stages(self, num_stages: int) -> CostModel:
@@ -218,6 +230,10 @@ class Calibration:
         if not backward:
             raise CostError("the calibration has no backward costs (its run had neither B nor I actions)")
         return CostModel(
+            data_parallel=self.data_parallel,
+            grad_reduce_bytes=self.gradient_bytes(layers),
+            allreduce_latency=self.allreduce_latency,
+            allreduce_bandwidth=self.allreduce_bandwidth,
             forward=times["F"],
             **backward,
             p2p_latency=self.p2p_latency,
@@ -237,9 +253,21 @@ class Calibration:
         )
 
     def for_run(self, run: MeasuredRun) -> CostModel:
-        """The cost model of `run`'s program and layer ranges (after `check_run`)."""
+        """The cost model of `run`'s program and layer ranges and data-parallel size (after `check_run`)."""
         self.check_run(run)
-        return self.cost_model(run.program.schedule.num_stages, run.stage_layers)
+        costs = self.cost_model(run.program.schedule.num_stages, run.stage_layers)
+        return replace(costs, data_parallel=data_parallel_of(run))
+
+    def gradient_bytes(self, layers: Sequence[tuple[int, int]]) -> list[int]:
+        """Per stage holding `layers`, the bytes its REDUCE_GRAD all-reduces (0 if unknown)."""
+        sizes = self.parameter_bytes
+        if sizes is None:
+            return [0] * len(layers)
+        last = len(layers) - 1
+        return [
+            sum(sizes["layers"][a:b]) + (sizes["prologue"] if s == 0 else 0) + (sizes["epilogue"] if s == last else 0)
+            for s, (a, b) in enumerate(layers)
+        ]
 
     def describe(self) -> str:
         """One line naming where the costs come from, for figure titles."""
@@ -284,6 +312,10 @@ class Calibration:
             q = np.quantile(self.transfer_spread, [0.1, 0.5, 0.9])
             lines.append(f"  transfer time spread: 10/50/90th percentile x{q[0]:.2f} x{q[1]:.2f} x{q[2]:.2f} of the mean")
         lines += quality_lines(self.quality)
+        if self.data_parallel > 1:
+            bandwidth = "unlimited" if math.isinf(self.allreduce_bandwidth) else f"{self.allreduce_bandwidth / 1e9:.2f} GB/s"
+            lines.append(f"  gradient all-reduce over dp={self.data_parallel}: latency {us(self.allreduce_latency)}, "
+                         f"bandwidth {bandwidth}")
         return "\n".join(lines)
 
     def check_run(self, run: MeasuredRun) -> None:
@@ -301,6 +333,7 @@ class Calibration:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["p2p_bandwidth"] = None if math.isinf(self.p2p_bandwidth) else self.p2p_bandwidth
+        data["allreduce_bandwidth"] = None if math.isinf(self.allreduce_bandwidth) else self.allreduce_bandwidth
         return {"format": FORMAT, "version": VERSION, **data}
 
     @classmethod
@@ -311,8 +344,9 @@ class Calibration:
             raise CostError(f"{where} has calibration version {data.get('version')!r}; this reads version {VERSION}")
         values = {k: v for k, v in data.items() if k not in ("format", "version")}
         try:
-            if values.get("p2p_bandwidth") is None:
-                values["p2p_bandwidth"] = math.inf
+            for key in ("p2p_bandwidth", "allreduce_bandwidth"):
+                if values.get(key, None) is None:
+                    values[key] = math.inf
             values["stages"] = tuple(values["stages"])
             values["duration_spread"] = tuple(values.get("duration_spread", ()))
             values["transfer_spread"] = tuple(values.get("transfer_spread", ()))
@@ -447,6 +481,8 @@ def _fit_one(run: MeasuredRun) -> tuple[Calibration, tuple[np.ndarray, np.ndarra
     ends = stream_ends(run.timeline, dispatch)
     step_overhead = max(float(np.median([t - e for t, e in zip(run.step_times, ends)])), 0.0)
     boundaries = run.boundary_bytes
+    parameter_bytes = run.summary.get("parameter_bytes")
+    allreduce_latency, allreduce_bandwidth = fit_allreduce(run, parameter_bytes, diagnostics)
     return Calibration(
         source={
             "run": str(run.path), "schedule": schedule.name, "ranks": schedule.ranks,
@@ -471,7 +507,38 @@ def _fit_one(run: MeasuredRun) -> tuple[Calibration, tuple[np.ndarray, np.ndarra
         p2p_latency=latency,
         p2p_bandwidth=bandwidth,
         diagnostics=diagnostics,
+        data_parallel=data_parallel_of(run),
+        allreduce_latency=allreduce_latency,
+        allreduce_bandwidth=allreduce_bandwidth,
+        parameter_bytes=parameter_bytes,
     ), (spread_residuals(run), transfer_residuals(run), rank_residuals(run))
+
+
+def data_parallel_of(run: MeasuredRun) -> int:
+    """The run's data-parallel replicas (summary.json's layout; 1 for runs from before it)."""
+    return int((run.summary.get("layout") or {}).get("dp", 1))
+
+
+def fit_allreduce(run: MeasuredRun, parameter_bytes: Mapping[str, Any] | None,
+                  diagnostics: dict) -> tuple[float, float]:
+    """(latency, bandwidth) of the gradient all-reduce (module docstring); (0, inf) without one."""
+    d = data_parallel_of(run)
+    rows = run.timeline[run.timeline["kind"] == Kind.REDUCE_GRAD.value]
+    if d < 2 or not len(rows):
+        return 0.0, math.inf
+    factor = 2 * (d - 1) / d
+    bandwidth = math.inf
+    profile = (run.profile or {}).get("allreduce")
+    if profile is not None:
+        sizes = sorted(int(k) for k in profile["seconds"])
+        slope, base = np.polyfit([factor * k for k in sizes], [median(profile["seconds"][str(k)]) for k in sizes], 1)
+        diagnostics["allreduce_profile_latency"] = max(float(base), 0.0)
+        bandwidth = float(1.0 / slope) if slope > 0 else math.inf
+    stage_bytes = [int(s.get("param_bytes") or 0) for s in run.summary["stage_costs"]]
+    durations = (rows["end"] - rows["start"]).to_numpy()
+    transfer = np.array([factor * stage_bytes[s] / bandwidth for s in rows["stage"]])
+    diagnostics["in_run_allreduce_seconds"] = float(np.mean(durations))
+    return max(float(np.mean(durations - transfer)), 0.0), bandwidth
 
 
 def run_stages(run: MeasuredRun) -> list[dict[str, Any]]:
@@ -586,7 +653,9 @@ def executor_overheads(run: MeasuredRun) -> tuple[float, float, float]:
     rows, gaps = [], []
     for (_, rank), frame in run.timeline.groupby(["step", "rank"], sort=True):
         start = frame["start"].to_numpy()
-        end = np.where(frame["kind"].isin(SEND_NAMES), start, frame["end"].to_numpy())
+        # A SEND's row runs until delivery, a REDUCE_GRAD's until its all-reduce is done: the
+        # rank moved on at their start.
+        end = np.where(frame["kind"].isin((*SEND_NAMES, Kind.REDUCE_GRAD.value)), start, frame["end"].to_numpy())
         for i in range(len(start) - 1):
             # Receives posted before a compute action that follows its RECV run inside the RECV's
             # row (the executor stamps a RECV's end when the compute waits on it, after posting).
@@ -614,7 +683,8 @@ _AFTER_COMPUTE, _AFTER_SEND, _AFTER_RECV = 0, 1, 2  # columns of the gap fit
 
 def _gap_kind(action) -> int:
     """The column of the gap fit for the gap after `action`."""
-    return _AFTER_COMPUTE if action.kind.is_compute else _AFTER_SEND if action.kind.is_send else _AFTER_RECV
+    kind = action.kind
+    return _AFTER_COMPUTE if kind.is_compute else _AFTER_SEND if kind.is_send or kind.is_collective else _AFTER_RECV
 
 
 def posts_before(stream, ahead: PostAhead) -> list[int]:

@@ -59,6 +59,14 @@ stream), for machines where a transfer's time varies as much as a compute action
 ``rank_spread`` is slowness shared by all of a rank's compute in one step (a rank that
 loses its core for a while): each draw gives each rank one factor from the list (its own
 seeded stream), which multiplies every compute action of that rank besides its own factor.
+Data parallelism: a program lowered for d > 1 replicas (``schedules.lower(schedule, d)``)
+holds one REDUCE_GRAD per stage. It all-reduces ``grad_reduce_bytes`` of that stage (per
+stage, scalar split over a rank's v stages like compute) over ``data_parallel`` = d ranks in
+``allreduce_latency + 2 (d - 1) / d x bytes / allreduce_bandwidth`` seconds: the ring
+all-reduce's alpha-beta cost (Thakur, Rabenseifner & Gropp, "Optimization of Collective
+Communication Operations in MPICH", 2005: each rank sends and receives 2 (d-1)/d of the
+data). It runs on the rank's collective resource, one reduction at a time, without
+blocking the rank's compute; the step ends when the last one has ended.
 
 Memory: ``activation_memory`` bytes per microbatch per stage are allocated when its F
 starts and freed when its B ends. With split backward, ``weight_memory`` of them stay
@@ -158,6 +166,7 @@ class ResolvedCosts:
     transfer_spread: tuple[float, ...] = ()
     rank_spread: tuple[float, ...] = ()
     draws: int = 1
+    reduce_grad: tuple[int, ...] = ()  # per stage: ns of its REDUCE_GRAD all-reduce
 
 
 @dataclass(frozen=True)
@@ -182,6 +191,9 @@ class CostModel:
     Spread (module docstring): duration_spread, transfer_spread and rank_spread (relative
     factors of compute times, transfer times and a rank's compute in a step; default none)
     and spread_draws (replays, default 49).
+    Data parallelism (module docstring): data_parallel (d, replicas), grad_reduce_bytes
+    (per stage), allreduce_latency (seconds), allreduce_bandwidth (bytes per second, default
+    unlimited).
     """
 
     forward: PerStage
@@ -206,6 +218,10 @@ class CostModel:
     transfer_spread: Sequence[float] = ()
     rank_spread: Sequence[float] = ()
     spread_draws: int = 49
+    data_parallel: int = 1
+    grad_reduce_bytes: PerStage = 0
+    allreduce_latency: float = 0.0
+    allreduce_bandwidth: float = math.inf
 
     def __post_init__(self) -> None:
         for name in ("forward", "p2p_activation_bytes", "activation_memory", "static_memory"):
@@ -233,6 +249,13 @@ class CostModel:
         draws = self.spread_draws
         if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
             raise CostError(f"spread_draws must be an integer >= 1, got {draws!r}")
+        object.__setattr__(self, "grad_reduce_bytes", _as_values("grad_reduce_bytes", self.grad_reduce_bytes))
+        object.__setattr__(self, "allreduce_latency", _number("allreduce_latency", self.allreduce_latency))
+        if isinstance(self.data_parallel, bool) or not isinstance(self.data_parallel, int) or self.data_parallel < 1:
+            raise CostError(f"data_parallel must be a positive integer, got {self.data_parallel!r}")
+        bandwidth = self.allreduce_bandwidth
+        if isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float)) or not bandwidth > 0:
+            raise CostError(f"allreduce_bandwidth must be a number > 0 (bytes/s), got {bandwidth!r}")
 
     # ------------------------------------------------------------ as a cost source
     def for_stages(self, num_stages: int) -> "CostModel":
@@ -302,7 +325,15 @@ class CostModel:
             transfer_spread=self.transfer_spread,
             rank_spread=self.rank_spread,
             draws=self.spread_draws if self.duration_spread or self.transfer_spread or self.rank_spread else 1,
+            reduce_grad=tuple(
+                self.allreduce_ns(b) for b in _per_stage("grad_reduce_bytes", self.grad_reduce_bytes, n, v)
+            ),
         )
+
+    def allreduce_ns(self, num_bytes: float) -> int:
+        """Nanoseconds of one ring all-reduce of `num_bytes` over `data_parallel` ranks."""
+        d = self.data_parallel
+        return round((self.allreduce_latency + 2 * (d - 1) / d * num_bytes / self.allreduce_bandwidth) * NS_PER_S)
 
     def transfer_ns(self, num_bytes: float) -> int:
         """Nanoseconds to move `num_bytes` across one link: latency + bytes / bandwidth."""
@@ -316,7 +347,7 @@ class CostModel:
             value = getattr(self, f.name)
             if isinstance(value, tuple):
                 value = list(value)
-            if f.name == "p2p_bandwidth" and math.isinf(value):
+            if f.name in ("p2p_bandwidth", "allreduce_bandwidth") and math.isinf(value):
                 value = None
             out[f.name] = value
         return out
@@ -333,8 +364,9 @@ class CostModel:
         if "forward" not in data:
             raise CostError("cost model has no 'forward' entry")
         values = dict(data)
-        if values.get("p2p_bandwidth", 0) is None:
-            values["p2p_bandwidth"] = math.inf
+        for name in ("p2p_bandwidth", "allreduce_bandwidth"):
+            if values.get(name, 0) is None:
+                values[name] = math.inf
         return cls(**values)
 
     def to_json(self, path: str | Path) -> None:

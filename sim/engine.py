@@ -10,6 +10,10 @@ Semantics (times are integer nanoseconds, so results are exact and deterministic
   transfer starts when both the SEND is issued and the previous transfer on the link
   has arrived;
 - a RECV blocks its rank until the matching transfer has arrived;
+- a REDUCE_GRAD (data parallelism) never blocks its rank: its all-reduce (sim.costs) runs
+  on the rank's collective resource, which carries one at a time in stream order, from
+  when both the rank has reached it and the previous one has ended; the step's makespan
+  includes its end;
 - executor overheads (0 by default): a SEND occupies its rank for ``send_overhead``
   after putting the tensor on the link, a RECV ends no earlier than ``recv_overhead``
   after the rank reached it, and a compute action that does not repeat the stage and
@@ -43,7 +47,7 @@ from .costs import CostModel, ResolvedCosts, spread_factors
 from .result import RankRecord, SimResult
 
 # Opcodes of the compiled streams (plain ints keep the hot loop cheap).
-_COMPUTE, _SEND, _RECV = 0, 1, 2
+_COMPUTE, _SEND, _RECV, _REDUCE = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,8 @@ class Compiled:
     """A program flattened for the hot loop: one op tuple per action, per rank.
 
     Compute: (_COMPUTE, duration, bytes allocated at start, bytes freed at end);
-    SEND: (_SEND, transfer id, duration, link id); RECV: (_RECV, transfer id).
+    SEND: (_SEND, transfer id, duration, link id); RECV: (_RECV, transfer id);
+    REDUCE_GRAD: (_REDUCE, duration).
     Transfer ids are the IR's dense numbers (`Transfer.number`), so a SEND and its RECV
     share one; link ids are sender rank * p + receiver rank.
     """
@@ -114,6 +119,9 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
         append = row.append
         for action, switch in zip(stream, switches(stream)):
             kind, stage, mb = action.kind, action.stage, action.microbatch
+            if kind is Kind.REDUCE_GRAD and 0 <= stage < n:
+                append((_REDUCE, costs.reduce_grad[stage]))
+                continue
             if not (0 <= stage < n and 0 <= mb < m):
                 raise ScheduleError(
                     f"rank {rank}: {action} is outside stages 0..{n - 1} or microbatches 0..{m - 1}"
@@ -192,6 +200,7 @@ def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overh
     record = out.times.append
     memory = out.memory
     now = held = peak = busy = 0
+    collective_free = 0  # when the rank's collective resource has ended its last reduction
     first = -1
     last = 0
     for op in ops:
@@ -234,6 +243,11 @@ def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overh
             if send_overhead:
                 yield timeout(send_overhead)
                 now += send_overhead
+        elif code == _REDUCE:
+            start = max(now, collective_free)
+            collective_free = start + op[1]
+            record(start)
+            record(collective_free)
         else:
             tid = op[1]
             reached = now
