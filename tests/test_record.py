@@ -78,6 +78,24 @@ def test_summary_agrees_with_its_tables_and_a_full_batch_run(run):
     assert [c["param_bytes"] for c in costs] == [4 * (hidden * hidden + hidden)] * 2
     assert costs[0]["output_bytes_per_microbatch"] == 2 * hidden * 4 and costs[1]["output_bytes_per_microbatch"] is None
     assert all(c["F_seconds"] > 0 and c["B_seconds"] > 0 for c in costs)
+    # What the run directory promises (README "Running a schedule"), with this run's values.
+    assert sorted(summary) == sorted([
+        "backend", "batch_bytes", "batch_size", "bubble_ratio", "bubble_ratio_rank_span", "check", "chunks",
+        "clock_alignment", "device", "layout", "loss", "makespan_median", "microbatch_sizes", "microbatches",
+        "model", "parameter_bytes", "peak_activation_bytes", "peak_cuda_allocated_bytes", "placement",
+        "post_ahead", "python", "ranks", "schedule", "stage_costs", "stages", "step_time_median", "step_times",
+        "steps", "timeout_seconds", "torch_threads", "torch_version", "transport", "warmup"])
+    assert summary["layout"] == {"pp": 1, "dp": 1, "tp": 1, "mesh_dims": ["pp", "dp", "tp"], "world_size": 1}
+    layer_bytes = 4 * (hidden * hidden + hidden)  # one Linear(hidden, hidden) in fp32
+    assert summary["parameter_bytes"] == {"prologue": 0, "layers": [layer_bytes, layer_bytes], "epilogue": 0}
+    assert (summary["backend"], summary["transport"], summary["post_ahead"], summary["device"]) == (
+        "gloo", "tagged", "step", "cpu")
+    assert summary["torch_version"] == torch.__version__ and summary["torch_threads"] == torch.get_num_threads()
+    assert summary["timeout_seconds"] == 60 and summary["peak_cuda_allocated_bytes"] is None
+    assert summary["model"] == dict(model.flags) and summary["batch_size"] == SPEC.batch_size
+    assert summary["step_time_median"] == pytest.approx(sum(summary["step_times"]) / 2, rel=1e-12)
+    assert set(timeline["source"]) == set(result.memory["source"]) == {"measured"} and result.cuda_memory is None
+    assert sorted(timeline["rank"].unique()) == [0]
     check = summary["check"]
     assert check["parameters_checked"] == 4 and check["parameters_missing"] == []
     assert check["tolerance"] == TOLERANCE == 1e-4 and check["max_relative_error"] < 1e-5
