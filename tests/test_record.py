@@ -103,8 +103,9 @@ def test_summary_agrees_with_its_tables_and_a_full_batch_run(run):
 
 def test_outputs_are_written_readable_and_summary_last(run, tmp_path):
     program, _, result = run
-    out = tmp_path / "run"
+    out = tmp_path / "runs" / "run"  # parents are made
     write_outputs(result, program, out)
+    write_outputs(result, program, out)  # and an existing directory is reused
     assert sorted(p.name for p in out.iterdir()) == ["memory.csv", "program.json", "summary.json", "timeline.csv"]
     assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(result.summary))
     assert stat.S_IMODE((out / "summary.json").stat().st_mode) == 0o644
@@ -129,16 +130,22 @@ def test_printed_summary(run):
     failed = {**s, "check": {**s["check"], "passed": False, "parameters_missing": ["b", "c"]}}
     assert format_summary(failed).splitlines()[-1].startswith("check FAILED")
     assert format_summary(failed).endswith("; no gradient for b, c")
+    diverged = {**s, "check": {**s["check"], "passed": False, "replicas_identical": False}}
+    assert format_summary(diverged).endswith("; data-parallel replicas hold different gradients")
+    assert text[4] == "peak activation bytes per rank: " + ", ".join(f"{b:,}" for b in s["peak_activation_bytes"])
 
 
-def _payload(errors, loss, names=None, coords=(0, 0, 0), digest="d"):
+def _payload(errors, loss, names=None, coords=(0, 0, 0), digest="d", reference_loss=2.0):
     """One rank's check payload: its gradients' errors, its last stage's loss (or None)."""
     return {"coords": coords, "loss": loss,
-            "check": {"errors": errors, "reference_loss": 2.0, "names": sorted(names or errors), "grad_digest": digest}}
+            "check": {"errors": errors, "reference_loss": reference_loss, "names": sorted(names or errors),
+                      "grad_digest": digest}}
 
 
 def test_verdict_rules():
-    exact = _verdict([_payload({"a": 0.0}, None, names=["a", "b"]), _payload({"b": 0.0}, 2.0, coords=(1, 0, 0))], 1e-4)
+    # Two pipeline stages: their gradients differ (digests), as they should.
+    exact = _verdict([_payload({"a": 0.0}, None, names=["a", "b"], digest="d0"),
+                      _payload({"b": 0.0}, 2.0, coords=(1, 0, 0), digest="d1")], 1e-4)
     assert exact["passed"] is True and exact["parameters_checked"] == 2 and exact["loss_relative_error"] == 0.0
     at_tolerance = _verdict([_payload({"a": 1e-4, "b": 5e-5}, 2.0 * (1 + 1e-4))], 1e-4)
     assert at_tolerance["passed"] is True and at_tolerance["worst_parameter"] == "a"
@@ -151,9 +158,14 @@ def test_verdict_rules():
     assert _verdict([_payload({"a": 0.0}, None)], 1e-4)["passed"] is False  # no rank saw the loss
     # Two data-parallel replicas of one stage: the worse error counts, their losses are averaged,
     # and their gradients must be bit-identical.
-    replicas = [_payload({"a": 1e-6}, 1.9, coords=(0, 0, 0)), _payload({"a": 3e-6}, 2.1, coords=(0, 1, 0))]
+    replicas = [_payload({"a": 3e-6}, 1.9, coords=(0, 0, 0)), _payload({"a": 1e-6}, 2.1, coords=(0, 1, 0))]
     both = _verdict(replicas, 1e-4)
     assert both["passed"] is True and both["max_relative_error"] == 3e-6 and both["loss_relative_error"] < 1e-12
+    # The loss error is relative to the reference's, also below 1.
+    small = _verdict([_payload({"a": 0.0}, 0.5 * (1 + 2e-4), reference_loss=0.5)], 1e-4)
+    assert small["passed"] is False and small["loss_relative_error"] == pytest.approx(2e-4, rel=1e-9)
+    nothing = _verdict([_payload({}, 2.0)], 1e-4)  # a model without parameters
+    assert nothing["passed"] is True and nothing["worst_parameter"] is None and nothing["max_relative_error"] == 0.0
     replicas[1]["check"]["grad_digest"] = "other"
     diverged = _verdict(replicas, 1e-4)
     assert diverged["passed"] is False and diverged["replicas_identical"] is False
