@@ -8,7 +8,13 @@ import datetime
 import json
 import math
 import os
+import re
+import signal
 import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -247,3 +253,106 @@ def test_executor_at_pp2_tp2_passes_check_for_every_schedule(pp_tp_run):
     runs = pp_tp_run[0]
     assert [r["schedule"] for r in runs] == list(schedules.available())
     _assert_checked(runs, {"pp": 2, "tp": TP})
+
+
+# ------------------------------------------------------------------ command line
+
+GPT_ARGS = ["--model", "gpt", "--layers", "2", "--hidden", "32", "--heads", "4", "--seq-len", "8", "--vocab", "32",
+            "--batch-size", "4"]
+
+
+def _env() -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "world, args, message",
+    [
+        (3, ["--tp", "3", *GPT_ARGS], "--tp 3 does not divide --heads 4: each tensor-parallel rank needs whole attention heads"),
+        (2, ["--tp", "2", "--model", "mlp", "--layers", "2", "--hidden", "8", "--batch-size", "4"],
+         "--tp 2: the mlp model runs with --tp 1 only"),
+    ],
+    ids=["heads", "mlp"],
+)
+def test_cli_refuses_bad_tp_on_every_rank_before_communicating(tmp_path, world, args, message):
+    # Ranks without torchrun or partners: any communication would hang until the test's timeout.
+    procs = []
+    for rank in range(world):
+        env = {**_env(), "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_port())}
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "runtime", "--schedule", "1f1b", "--microbatches", "2", *args, "--out", str(tmp_path / "run")],
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for rank, proc in enumerate(procs):
+        _, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 2, stderr
+        lines = stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"rank {rank}: error: ") and message in lines[0], stderr
+    assert not (tmp_path / "run").exists()
+
+
+def _workers(parent: int) -> dict[int, int]:
+    """Global rank -> pid of the workers torchrun `parent` started."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) != parent:
+                continue
+            env = dict(item.split("=", 1) for item in (entry / "environ").read_text().split("\0") if "=" in item)
+        except (OSError, ValueError, IndexError):
+            continue
+        if "RANK" in env:
+            found[int(env["RANK"])] = int(entry.name)
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds torchrun's workers through /proc")
+@pytest.mark.parametrize("how", ["killed", "stopped"])
+def test_a_dead_or_stopped_tp_peer_ends_the_run_with_one_line(tmp_path, how):
+    timeout = 3
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    cmd = [torchrun, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(_port()),
+           "-m", "runtime", "--tp", "2", "--schedule", "1f1b", "--microbatches", "2", *GPT_ARGS,
+           "--steps", "100000", "--warmup", "0", "--timeout", str(timeout), "--out", str(tmp_path / "run")]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        while line and not line.startswith("running "):
+            line = proc.stdout.readline()
+        assert line.startswith("running "), proc.stderr.read()
+        time.sleep(0.5)
+        victim = _workers(proc.pid)[1]
+        os.kill(victim, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
+        began = time.monotonic()
+        if how == "stopped":
+            while time.monotonic() - began < timeout + 30 and 0 in _workers(proc.pid):
+                time.sleep(0.2)
+            waited = time.monotonic() - began
+            os.kill(victim, signal.SIGKILL)
+            assert waited < timeout + 30  # the tp group's collectives time out at --timeout, not torch's 30 min
+        _, stderr = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    lines = [line for line in stderr.splitlines() if re.match(r"(rank \d+: )?error: ", line)]
+    assert lines, stderr
+    # Rank 0 waits in a tp collective of F or B, or (rarely) at a step's barrier.
+    assert re.fullmatch(
+        r"error: rank 0: (0[FB]\d+ failed in a collective of its tensor-parallel group \(ranks 0, 1\)|"
+        r"barrier (before|after) (a warm-up|measured) step( \d+)? failed): .*",
+        lines[0],
+    ), lines
+    if how == "killed":
+        assert "closed the connection" in lines[0]
+    else:
+        assert f"nothing arrived within the {timeout} s timeout" in lines[0]
+    assert f"{os.sep}runtime{os.sep}" not in stderr, stderr
