@@ -12,6 +12,7 @@ schedule's (or --program file's) ranks. Without torchrun it runs as a single ran
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime
 import gc
 import os
@@ -34,9 +35,22 @@ from .profile import clear_profile, collect, write_profile
 from .record import clear_summary, format_summary, write_outputs
 
 
+class DefaultsHelp(argparse.HelpFormatter):
+    """Help that states each option's default (argparse's ArgumentDefaultsHelpFormatter skips
+    options without help text and prints "(default: None)" for the rest)."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        unset = action.default is None or action.default is False or action.default == argparse.SUPPRESS
+        if action.option_strings and not unset and "default" not in text:
+            action = copy.copy(action)
+            action.help = f"{text} (default: %(default)s)".strip()
+        return super()._format_action(action)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m runtime",
+        prog="python -m runtime", formatter_class=DefaultsHelp,
         description="Run a pipeline schedule's lowered instruction streams on torch.distributed (launch with torchrun).",
     )
     what = p.add_argument_group("schedule (one of --schedule or --program)")
@@ -74,8 +88,9 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def load_program(args: argparse.Namespace, pipeline_ranks: int) -> schedules.Program:
-    """The program to run, from --program or --schedule; raises ConfigError."""
+def load_program(args: argparse.Namespace, pipeline_ranks: int, data_parallel: int = 1) -> schedules.Program:
+    """The program to run, from --program or --schedule (with gradient reductions when
+    `data_parallel` > 1; a program file without them gets them in `prepare`); raises ConfigError."""
     try:
         if args.program is not None:
             if args.schedule is not None:
@@ -88,7 +103,7 @@ def load_program(args: argparse.Namespace, pipeline_ranks: int) -> schedules.Pro
         if args.microbatches is None:
             raise ConfigError("--schedule needs --microbatches")
         schedule = schedules.build(args.schedule, ranks=pipeline_ranks, microbatches=args.microbatches, chunks=args.chunks)
-        return schedules.lower(schedule)
+        return schedules.lower(schedule, data_parallel)
     except schedules.ScheduleError as exc:
         raise ConfigError(str(exc)) from None
 
@@ -162,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rank, world, local_rank = _environment()
         layout = Layout.for_world(world, args.pp, args.dp, args.tp)
-        program = load_program(args, layout.pp)
+        program = load_program(args, layout.pp, layout.dp)
         spec = ModelSpec(
             model=args.model, layers=args.layers, hidden=args.hidden, batch_size=args.batch_size,
             heads=args.heads, seq_len=args.seq_len, vocab=args.vocab, seed=args.seed,
@@ -173,12 +188,13 @@ def main(argv: list[str] | None = None) -> int:
             split=parse_split(args.split), post_ahead=args.post_ahead, layout=layout,
         )
         model = build(spec)
-        prepare(program, model, options, world)  # every configuration error surfaces here, on every rank
+        program = prepare(program, model, options, world).program  # every configuration error surfaces here, on every rank
     except ConfigError as exc:
         print(f"rank {rank}: error: {exc}", file=sys.stderr)
         return 2
     schedule = program.schedule
-    out = args.out or Path("runs") / f"{schedule.name}-p{schedule.ranks}-m{schedule.microbatches}"
+    axes = "".join(f"-{axis}{n}" for axis, n in (("d", layout.dp), ("t", layout.tp)) if n > 1)
+    out = args.out or Path("runs") / f"{schedule.name}-p{schedule.ranks}-m{schedule.microbatches}{axes}"
     device = default_device()
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -198,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         result = execute(program, model, options, device, on_ready=ready)
         profile = None
         if args.profile_layers or args.profile_p2p:
-            profile = collect(program, model, device, layers=args.profile_layers, p2p=args.profile_p2p)
+            profile = collect(program, model, device, layers=args.profile_layers, p2p=args.profile_p2p, layout=layout)
     except ConfigError as exc:
         print(f"rank {rank}: error: {exc}", file=sys.stderr)
         dist.destroy_process_group()

@@ -18,6 +18,14 @@ Per action:
 - SEND posts a non-blocking send; it is completed before the step ends. Its row in
   the timeline runs from posting to delivery, i.e. the end of the matching RECV on the
   receiver (neither backend lets a sender observe delivery without blocking).
+- REDUCE_GRAD (data parallelism, `runtime.data_parallel`) launches the asynchronous
+  all-reduce of its stage's gradients on the rank's dp group; every one is waited for
+  before the step ends. Its row runs from the launch to the first time the rank saw it
+  complete (checked after each action; on NCCL: when waited for at the step's end).
+
+With a `runtime.layout.Layout` of dp x tp pipelines, every pipeline runs the same
+streams: the stream's rank is the pipeline rank, peers are the global ranks of the same
+pipeline, and each dp replica takes its equal share of the batch.
 
 A step is the forward and backward of every microbatch of one batch: gradients are
 zeroed before it and hold the full-batch gradient after it; no optimizer runs. Call
@@ -27,6 +35,7 @@ in one group (tests run a whole matrix of configurations this way).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -36,15 +45,19 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 from torch import Tensor
+from torch.distributed.tensor import DTensor
 
 from schedules import Kind, Program
 from schedules.ir import Transfer
+from schedules.lowering import insert_grad_reductions
+from schedules.validate import check_program
 from schedules.posting import STEP, PostAhead, post_positions, posting_plan
 from schedules.stages import role_of
 
 from . import reference
 from .clock import clock_for
 from .comm import TRANSPORTS, Transport, check_boundary, decode_meta, encode_meta, reason
+from .data_parallel import GradReducer
 from .errors import ConfigError, PeerError
 from .layout import Layout, device_mesh
 from .memory import SavedTensorMeter
@@ -138,10 +151,15 @@ def prepare(program: Program, model: PipelineModel, options: RunOptions, world_s
             "ranks with torchrun, or give --pp)"
         )
     check_tensor_parallel(model, layout.tp)
-    if layout.dp > 1:
-        raise ConfigError("--dp > 1 needs gradient reduction, not merged yet")
+    if model.batch_size % layout.dp:
+        raise ConfigError(
+            f"--batch-size {model.batch_size} is not divisible by --dp {layout.dp}: every replica takes an equal share"
+        )
+    if layout.dp > 1 and not any(a.kind is Kind.REDUCE_GRAD for stream in program.streams for a in stream):
+        program = insert_grad_reductions(program)  # a program file lowered without data parallelism
+        check_program(program)
     layers = partition(len(model.layers), schedule.num_stages, options.split)
-    sizes = microbatch_sizes(model.batch_size, schedule.microbatches)
+    sizes = microbatch_sizes(model.batch_size // layout.dp, schedule.microbatches)
     return Plan(program, model, options, layers, tuple(sizes), layout)
 
 
@@ -283,6 +301,15 @@ class SendOp:
 
 
 @dataclass(frozen=True, slots=True)
+class ReduceOp:
+    """Launch the gradient all-reduce of `stage` (stream position `position`, `label` its REDUCE_GRAD)."""
+
+    position: int
+    stage: Stage
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
 class PostOp:
     """Post `receives`; `at_recv` when this is the RECV at `position` itself (its row starts
     here), else the receives are posted ahead of their RECVs."""
@@ -292,7 +319,7 @@ class PostOp:
     at_recv: bool
 
 
-Op = ComputeOp | SendOp | PostOp
+Op = ComputeOp | SendOp | PostOp | ReduceOp
 
 
 @dataclass
@@ -337,10 +364,13 @@ class _RankState:
         self.local = schedule.rank_stages[self.rank]
         m = schedule.microbatches
 
-        inputs = model.inputs.to(device)
-        targets = model.targets.to(device)
+        # This replica's equal share of the batch (all of it without data parallelism).
+        share = model.batch_size // plan.layout.dp
+        rows = slice(self.coords.dp * share, (self.coords.dp + 1) * share)
+        inputs = model.inputs[rows].to(device)
+        targets = model.targets[rows].to(device)
         self.inputs = list(torch.tensor_split(inputs, m))
-        weights = [n / model.batch_size for n in plan.sizes]
+        weights = [n / share for n in plan.sizes]
         split_stages = {a.stage for a in self.stream if a.kind is Kind.I}
         roles = {s: role_of(s, num_stages) for s in self.local}
         modules = {
@@ -365,7 +395,12 @@ class _RankState:
                 split=s in split_stages,
             )
         kind = options.transport or ("ordered" if self.backend == "nccl" else "tagged")
-        self.transport = Transport(program, self.global_rank, options.timeout, kind, plan.layout)
+        layout = plan.layout
+        self.reducer = GradReducer(
+            self.mesh["dp"].get_group() if layout.dp > 1 else None, layout.dp_group(self.global_rank),
+            self.global_rank, options.timeout, stream_ordered=self.backend == "nccl",
+        )
+        self.transport = Transport(program, self.global_rank, options.timeout, kind, layout)
         self.clock = clock_for(device)
         self.shapes: dict[int, tuple[torch.Size, torch.dtype]] = {}  # boundary s->s+1: shape of mb 0
         self.logs: list[_StepLog] = []
@@ -466,12 +501,14 @@ class _RankState:
                                      a.produces(num_stages), split))
             elif a.kind.is_send:
                 ops.append(SendOp(i, a.transfer, self.peers[s2r[a.transfer.receiver]], str(a)))
+            elif a.kind is Kind.REDUCE_GRAD:
+                ops.append(ReduceOp(i, self.stages[a.stage], str(a)))
             else:
                 ops.append(PostOp(i, receives(i) if ahead.at_recv else (), at_recv=True))
         self.ops = ops
         self.static_rows = [
             (self.rank, a.stage, self.schedule.chunk_of(a.stage), a.microbatch, a.kind.value, str(a),
-             -1 if a.kind.is_compute else s2r[a.peer_stage()])
+             s2r[a.peer_stage()] if a.kind.is_comm else -1)
             for a in self.stream
         ]
 
@@ -538,6 +575,7 @@ class _RankState:
         cuda_after = [0] * n if device.type == "cuda" else None
         stamp = self.clock.stamp
         inputs = self.inputs
+        reducer = self.reducer
         mailbox: dict = {}
         pending: dict = {}
         sends: list = []
@@ -558,6 +596,10 @@ class _RankState:
                 starts[i] = ends[i] = stamp()
                 tensor = mailbox.pop(op.transfer)
                 sends.append((transport.isend(tensor, op.peer, op.transfer), tensor, op.peer, op.label))
+                continue
+            if type(op) is ReduceOp:
+                starts[i] = stamp()
+                reducer.launch(i, op.label, op.stage.params)
                 continue
             x = None
             if op.consumes is not None:
@@ -592,6 +634,9 @@ class _RankState:
             after[i] = meter.bytes
             if cuda_after is not None:
                 cuda_after[i] = torch.cuda.memory_allocated(device)
+            if reducer.in_flight:
+                reducer.poll(ends, stamp)
+        reducer.settle(ends, stamp)
         transport.settle([(work, text, peer) for work, _, peer, text in sends])
         if mailbox or pending:
             left = sorted(str(k) for k in (*mailbox, *pending))
@@ -632,10 +677,15 @@ class _RankState:
             for stage in self.stages.values():  # tp shards gathered whole (collective over tp)
                 for name, grad in full_gradients(stage.module).items():
                     errors[name] = reference.relative_error(grad, ref.grads[name])
-            loss_error = None
-            if self.losses:
-                loss_error = abs(self.losses[-1] - ref.loss) / max(abs(ref.loss), 1e-30)
-            check = {"errors": errors, "loss_error": loss_error, "names": sorted(ref.grads)}
+            # Replicas must end a step with the same gradients, bit for bit (one all-reduce result);
+            # under tp each compares its own shard with the same shard of the other replicas.
+            digest = hashlib.sha256()
+            for _, p in self.named_parameters_sorted():
+                grad = p.grad if p.grad is not None else torch.zeros_like(p)
+                grad = grad.to_local() if isinstance(grad, DTensor) else grad
+                digest.update(grad.detach().cpu().numpy().tobytes())
+            check = {"errors": errors, "reference_loss": ref.loss, "names": sorted(ref.grads),
+                     "grad_digest": digest.hexdigest()}
         return {
             "rank": self.rank,
             "global_rank": self.global_rank,
@@ -659,6 +709,9 @@ class _RankState:
             "batch_bytes": self.plan.model.inputs.nbytes + self.plan.model.targets.nbytes,
             "check": check,
         }
+
+    def named_parameters_sorted(self) -> list[tuple[str, torch.nn.Parameter]]:
+        return sorted((n, p) for stage in self.stages.values() for n, p in stage.module.named_parameters())
 
     def close(self, keep_groups: bool = False) -> None:
         for stage in self.stages.values():

@@ -11,9 +11,13 @@
   the executor's timeline does, so fixed per-action costs (Python dispatch, hooks, the
   autograd engine's start) are in them; sim.calibration separates them from the
   per-layer cost by regression over the layer counts.
-- ``p2p`` (``--profile-p2p``, two ranks or more): ranks 0 and 1 ping-pong tensors of `P2P_SIZES` bytes (and
+- ``p2p`` (``--profile-p2p``, two pipeline ranks or more): rank 0 and its next pipeline rank
+  (`runtime.layout`) ping-pong tensors of `P2P_SIZES` bytes (and
   the run's boundary size) on the run's process group; one-way time = round trip / 2,
   measured on rank 0's clock alone (no cross-rank clock alignment involved).
+- ``allreduce`` (``--profile-p2p`` with dp > 1): every dp group at once (as in a step)
+  all-reduces float32 tensors of `P2P_SIZES` bytes; rank 0's wall time of each, for
+  sim.calibration's all-reduce bandwidth.
 
 Only rank 0 returns the gathered records; `write_profile` stores them next to the run's
 summary.json.
@@ -34,6 +38,7 @@ import torch.distributed as dist
 from schedules import Kind
 from schedules.stages import roles
 
+from .layout import Layout
 from .memory import SavedTensorMeter
 from .models import PipelineModel, microbatch_sizes
 from .stage import Stage
@@ -44,17 +49,21 @@ P2P_SIZES = (4, 65536, 1 << 20, 4 << 20)  # bytes
 P2P_TAG = 1 << 30  # far above the run's transfer tags
 
 
-def collect(program, model: PipelineModel, device: torch.device, layers: bool, p2p: bool) -> dict[str, Any] | None:
+def collect(program, model: PipelineModel, device: torch.device, layers: bool, p2p: bool,
+            layout: Layout | None = None) -> dict[str, Any] | None:
     """The profiles asked for, at the run's microbatch size; collective, rank 0 gets them."""
     schedule = program.schedule
-    rows = microbatch_sizes(model.batch_size, schedule.microbatches)[0]
+    layout = layout or Layout(dist.get_world_size())
+    rows = microbatch_sizes(model.batch_size // layout.dp, schedule.microbatches)[0]
     split = any(a.kind is Kind.I for stream in program.streams for a in stream)
     out: dict[str, Any] = {}
     if layers:
         out["layers"] = profile_layers(model, rows, device, split, schedule.num_stages)
-    if p2p and dist.get_world_size() > 1:  # one rank has no peer to ping-pong with
+    if p2p and layout.pp > 1:  # one pipeline rank has no peer to ping-pong with
         boundary = _boundary_input(model, model.inputs[:rows].to(device))
-        out["p2p"] = profile_p2p(boundary.numel() * boundary.element_size(), device)
+        out["p2p"] = profile_p2p(boundary.numel() * boundary.element_size(), device, peer=layout.rank_of(1))
+    if p2p and layout.dp > 1:
+        out["allreduce"] = profile_allreduce(layout, device)
     return out if dist.get_rank() == 0 else None
 
 
@@ -151,14 +160,15 @@ def _profile_stage(model, layers, first, last, x, targets, rows, device, split, 
     return record
 
 
-def profile_p2p(boundary_bytes: int | None, device: torch.device, repeats: int = 20, warmup: int = 3) -> dict | None:
-    """Ping-pong between ranks 0 and 1 for each size; collective, rank 0 gets the record."""
+def profile_p2p(boundary_bytes: int | None, device: torch.device, repeats: int = 20, warmup: int = 3,
+                peer: int = 1) -> dict | None:
+    """Ping-pong between rank 0 and rank `peer` for each size; collective, rank 0 gets the record."""
     rank = dist.get_rank()
     sizes = sorted(set(P2P_SIZES) | ({boundary_bytes} if boundary_bytes else set()))
     one_way: dict[str, list[float]] = {}
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    if rank in (0, 1):
-        peer = 1 - rank
+    if rank in (0, peer):
+        peer = peer if rank == 0 else 0
         for size in sizes:
             buffer = torch.zeros(max(size // 4, 1), dtype=torch.float32, device=device)
             samples = []
@@ -178,6 +188,34 @@ def profile_p2p(boundary_bytes: int | None, device: torch.device, repeats: int =
     if rank != 0:
         return None
     return {"repeats": repeats, "warmup": warmup, "one_way_seconds": one_way}
+
+
+def profile_allreduce(layout: Layout, device: torch.device, repeats: int = 20, warmup: int = 3) -> dict | None:
+    """All-reduce float32 tensors of each of `P2P_SIZES` bytes on every dp group at once;
+    collective, rank 0 gets its wall times (seconds per all-reduce)."""
+    rank = dist.get_rank()
+    mine = None
+    for pp in range(layout.pp):  # new_group is collective over the world: every rank makes every group
+        for tp in range(layout.tp):
+            ranks = [layout.rank_of(pp, d, tp) for d in range(layout.dp)]
+            group = dist.new_group(ranks)
+            if rank in ranks:
+                mine = group
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    seconds: dict[str, list[float]] = {}
+    for size in P2P_SIZES:
+        buffer = torch.zeros(max(size // 4, 1), dtype=torch.float32, device=device)
+        samples = []
+        for i in range(warmup + repeats):
+            sync()
+            t0 = time.perf_counter_ns()
+            dist.all_reduce(buffer, group=mine)
+            sync()
+            if i >= warmup:
+                samples.append((time.perf_counter_ns() - t0) / 1e9)
+        seconds[str(buffer.numel() * 4)] = samples
+    dist.barrier()
+    return {"ranks": layout.dp, "repeats": repeats, "warmup": warmup, "seconds": seconds} if rank == 0 else None
 
 
 def clear_profile(out: str | Path) -> None:

@@ -90,7 +90,7 @@ def gather(plan, payloads: list[dict[str, Any]], backend: str, device: torch.dev
             }
         )
         stages.append(entry)
-    loss = next((p["loss"] for p in payloads if p["loss"] is not None), None)
+    loss = replica_loss(everyone)
     summary: dict[str, Any] = {
         "schedule": schedule.name,
         "ranks": schedule.ranks,
@@ -113,6 +113,7 @@ def gather(plan, payloads: list[dict[str, Any]], backend: str, device: torch.dev
         "peak_activation_bytes": [p["peak_bytes"] for p in payloads],
         "peak_cuda_allocated_bytes": [p["peak_cuda_bytes"] for p in payloads] if device.type == "cuda" else None,
         "batch_bytes": payloads[0]["batch_bytes"],  # inputs and targets, held on every rank
+        "parameter_bytes": parameter_bytes(plan.model),
         "loss": loss,
         "stage_costs": stages,
         "backend": backend,
@@ -130,6 +131,16 @@ def gather(plan, payloads: list[dict[str, Any]], backend: str, device: torch.dev
         summary["check"] = check = _verdict(everyone, plan.options.tolerance)
         passed = check["passed"]
     return RunResult(rank=0, passed=passed, summary=summary, timeline=timeline, memory=memory, cuda_memory=cuda_memory)
+
+
+def parameter_bytes(model) -> dict[str, Any]:
+    """Bytes of the whole model's parameters (= of their gradients) by unit: what a stage's
+    REDUCE_GRAD all-reduces is the sum over its units, for any cut of the model."""
+    def size(module) -> int:
+        return 0 if module is None else sum(p.numel() * p.element_size() for p in module.parameters())
+
+    return {"prologue": size(model.prologue), "layers": [size(layer) for layer in model.layers],
+            "epilogue": size(model.epilogue)}
 
 
 def set_delivery_times(timeline, program) -> None:
@@ -150,10 +161,16 @@ def _verdict(payloads: list[dict[str, Any]], tolerance: float) -> dict[str, Any]
             errors[name] = max(error, errors.get(name, error))
     expected = payloads[0]["check"]["names"]
     missing = sorted(set(expected) - set(errors))
-    loss_error = next((p["check"]["loss_error"] for p in payloads if p["check"]["loss_error"] is not None), None)
+    loss, reference_loss = replica_loss(payloads), payloads[0]["check"]["reference_loss"]
+    loss_error = None if loss is None else abs(loss - reference_loss) / max(abs(reference_loss), 1e-30)
     worst = max(errors, key=errors.get) if errors else None
     max_error = errors[worst] if worst else 0.0
-    passed = not missing and loss_error is not None and max(max_error, loss_error) <= tolerance
+    # Data-parallel replicas (same pp and tp coordinates) must hold identical gradients.
+    digests: dict[tuple[int, int], set[str]] = {}
+    for p in payloads:
+        digests.setdefault((p["coords"][0], p["coords"][2]), set()).add(p["check"]["grad_digest"])
+    identical = all(len(d) == 1 for d in digests.values())
+    passed = not missing and identical and loss_error is not None and max(max_error, loss_error) <= tolerance
     return {
         "passed": passed,
         "tolerance": tolerance,
@@ -162,7 +179,15 @@ def _verdict(payloads: list[dict[str, Any]], tolerance: float) -> dict[str, Any]
         "loss_relative_error": loss_error,
         "parameters_checked": len(errors),
         "parameters_missing": missing,
+        "replicas_identical": identical,
     }
+
+
+def replica_loss(payloads: list[dict[str, Any]]) -> float | None:
+    """The batch's mean loss: the mean over data-parallel replicas (equal shares) of their last
+    stage's loss, read at tp = 0; None without one."""
+    losses = [p["loss"] for p in payloads if p["loss"] is not None and p["coords"][2] == 0]
+    return sum(losses) / len(losses) if losses else None
 
 
 def clear_summary(out: str | Path) -> None:
@@ -216,5 +241,6 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"({check['worst_parameter']}), loss error {check['loss_relative_error']:.3g}, "
             f"tolerance {check['tolerance']:g}"
             + (f"; no gradient for {', '.join(check['parameters_missing'])}" if check["parameters_missing"] else "")
+            + ("" if check["replicas_identical"] else "; data-parallel replicas hold different gradients")
         )
     return "\n".join(lines)

@@ -1,7 +1,8 @@
 """The instruction-level IR: action kinds, actions and the transfers between stages.
 
 The text form of an action is the one `torch.distributed.pipelining` prints and parses:
-stage index, kind, microbatch index, e.g. ``0F1``, ``3B0``, ``2SEND_B3``.
+stage index, kind, microbatch index, e.g. ``0F1``, ``3B0``, ``2SEND_B3``; a gradient
+reduction names its stage only, ``1REDUCE_GRAD``, as torch's does.
 
 A transfer (`Transfer`) is what one SEND and its RECV move: named by its direction,
 the stage that sends it and the microbatch. `Action.transfer` is the one place that
@@ -31,6 +32,9 @@ class Kind(str, Enum):
     RECV_F = "RECV_F"  # receive a forward activation from the previous stage
     SEND_B = "SEND_B"  # send an input gradient to the previous stage
     RECV_B = "RECV_B"  # receive an output gradient from the next stage
+    # All-reduce the stage's gradients over its data-parallel group, once per step after the
+    # stage's last backward (torch.distributed.pipelining's REDUCE_GRAD); no microbatch.
+    REDUCE_GRAD = "REDUCE_GRAD"
 
     @property
     def is_compute(self) -> bool:
@@ -38,7 +42,13 @@ class Kind(str, Enum):
 
     @property
     def is_comm(self) -> bool:
-        return not self.is_compute
+        """A point-to-point kind (SEND/RECV): it moves a transfer."""
+        return self in _COMM
+
+    @property
+    def is_collective(self) -> bool:
+        """A collective over the data-parallel group (REDUCE_GRAD): no transfer, no microbatch."""
+        return self is Kind.REDUCE_GRAD
 
     @property
     def is_send(self) -> bool:
@@ -65,9 +75,12 @@ SEND_NAMES: tuple[str, ...] = tuple(k.value for k in SEND_KINDS)
 RECV_NAMES: tuple[str, ...] = tuple(k.value for k in RECV_KINDS)
 COMM_NAMES: tuple[str, ...] = tuple(k.value for k in COMM_KINDS)
 _COMPUTE = frozenset(COMPUTE_KINDS)
+_COMM = frozenset(COMM_KINDS)
+# The microbatch field of an action without one (REDUCE_GRAD); its text form omits it.
+NO_MICROBATCH = -1
 
 # Longest names first so that e.g. "SEND_F" is not read as "S" + garbage.
-_ACTION_RE = re.compile(r"(\d+)(" + "|".join(sorted((k.value for k in Kind), key=len, reverse=True)) + r")(\d+)")
+_ACTION_RE = re.compile(r"(\d+)(" + "|".join(sorted((k.value for k in Kind), key=len, reverse=True)) + r")(\d*)")
 
 
 class Direction(IntEnum):
@@ -144,26 +157,29 @@ class Action:
     microbatch: int
 
     def __str__(self) -> str:
+        if self.kind.is_collective:
+            return f"{self.stage}{self.kind.value}"
         return f"{self.stage}{self.kind.value}{self.microbatch}"
 
     @staticmethod
     def parse(text: str) -> "Action":
         """Parse the text form (``0F1``); raises ScheduleError on anything else."""
         match = _ACTION_RE.fullmatch(text.strip())
-        if match is None:
+        kind = None if match is None else Kind(match.group(2))
+        if match is None or (match.group(3) == "") != kind.is_collective:
             raise ScheduleError(
                 f"cannot parse action {text!r}: expected STAGE KIND MICROBATCH such as "
-                "'0F1', '3B0', '2I1', '1W4' or '2SEND_B3'"
+                "'0F1', '3B0', '2I1', '1W4' or '2SEND_B3', or STAGE REDUCE_GRAD such as '1REDUCE_GRAD'"
             )
-        stage, kind, microbatch = match.groups()
-        return Action(int(stage), Kind(kind), int(microbatch))
+        stage, _, microbatch = match.groups()
+        return Action(int(stage), kind, NO_MICROBATCH if kind.is_collective else int(microbatch))
 
     @property
     def transfer(self) -> Transfer:
         """The transfer a SEND or RECV moves; ValueError for a compute action."""
         side = _TRANSFER_OF_KIND.get(self.kind)
         if side is None:
-            raise ValueError(f"{self} is a compute action and moves no transfer")
+            raise ValueError(f"{self} is not a SEND or RECV and moves no transfer")
         return Transfer(side[0], self.stage + side[1], self.microbatch)
 
     def consumes(self, num_stages: int) -> Transfer | None:
@@ -188,15 +204,15 @@ class Action:
 
     def peer_stage(self) -> int | None:
         """For a communication action, the stage on the other end of the transfer."""
-        if self.kind.is_compute:
+        if not self.kind.is_comm:
             return None
         transfer = self.transfer
         return transfer.receiver if self.kind.is_send else transfer.sender
 
     def matching(self) -> "Action":
         """The other half of a send/receive pair."""
-        if self.kind.is_compute:
-            raise ValueError(f"{self} is a compute action and has no matching transfer")
+        if not self.kind.is_comm:
+            raise ValueError(f"{self} is not a SEND or RECV and has no matching transfer")
         transfer = self.transfer
         return transfer.recv() if self.kind.is_send else transfer.send()
 
@@ -215,3 +231,7 @@ def I(stage: int, microbatch: int) -> Action:  # noqa: E741,E743
 
 def W(stage: int, microbatch: int) -> Action:
     return Action(stage, Kind.W, microbatch)
+
+
+def REDUCE_GRAD(stage: int) -> Action:  # noqa: N802  (named as torch names the kind)
+    return Action(stage, Kind.REDUCE_GRAD, NO_MICROBATCH)

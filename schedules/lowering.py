@@ -4,11 +4,16 @@ Rule (deterministic, one pass per rank): a RECV goes immediately before the comp
 action that consumes the received tensor, a SEND immediately after the compute action
 that produced it. Stages on the same rank hand tensors over in memory, with no action.
 Lowering checks nothing: `schedules.checked` composes it with the validation.
+
+With data parallelism (d > 1 replicas of the pipeline), `insert_grad_reductions` adds one
+REDUCE_GRAD per stage right after the stage's last backward (B, or W with split
+backward), as torch.distributed.pipelining's `_add_reduce_grad` places it, so that its
+all-reduce overlaps the rest of the pipeline's drain.
 """
 
 from __future__ import annotations
 
-from .ir import Action, Kind
+from .ir import REDUCE_GRAD, Action, Kind
 from .schedule import Program, Schedule
 
 
@@ -46,10 +51,36 @@ def insert_comms(schedule: Schedule) -> Program:
                 probe = Action(stage, kind, 0)
                 recv, send = incoming(schedule, probe), outgoing(schedule, probe)
                 kinds = around[(stage, kind)] = (recv and recv.kind, send and send.kind)
-            if kinds[0] is not None:
-                append(Action(stage, kinds[0], action.microbatch))
+            recv, send = kinds
+            if recv is not None:
+                append(_action(stage, recv, action.microbatch))
             append(action)
-            if kinds[1] is not None:
-                append(Action(stage, kinds[1], action.microbatch))
+            if send is not None:
+                append(_action(stage, send, action.microbatch))
         streams.append(tuple(stream))
     return Program(schedule=schedule, streams=tuple(streams))
+
+
+def _action(stage: int, kind: Kind, microbatch: int, _new=object.__new__, _stage=Action.stage.__set__,
+            _kind=Action.kind.__set__, _microbatch=Action.microbatch.__set__) -> Action:
+    """Action(stage, kind, microbatch), equal to the one its constructor makes, for a third of
+    the time: a frozen dataclass's __init__ is a Python frame with three object.__setattr__
+    calls; this sets the three slots through their descriptors (the fields are trusted here)."""
+    action = _new(Action)
+    _stage(action, stage)
+    _kind(action, kind)
+    _microbatch(action, microbatch)
+    return action
+def insert_grad_reductions(program: Program) -> Program:
+    """`program` with a REDUCE_GRAD after each stage's last B or W (unchecked)."""
+    streams = []
+    for stream in program.streams:
+        last = {a.stage: i for i, a in enumerate(stream) if a.kind in (Kind.B, Kind.W)}
+        after = {i: stage for stage, i in last.items()}
+        out: list[Action] = []
+        for i, action in enumerate(stream):
+            out.append(action)
+            if i in after:
+                out.append(REDUCE_GRAD(after[i]))
+        streams.append(tuple(out))
+    return Program(schedule=program.schedule, streams=tuple(streams))

@@ -10,11 +10,21 @@ Semantics (times are integer nanoseconds, so results are exact and deterministic
   transfer starts when both the SEND is issued and the previous transfer on the link
   has arrived;
 - a RECV blocks its rank until the matching transfer has arrived;
+- a REDUCE_GRAD (data parallelism) never blocks its rank: its all-reduce (sim.costs) runs
+  on the rank's collective resource, which carries one at a time in stream order, from
+  when both the rank has reached it and the previous one has ended; the step's makespan
+  includes its end;
 - executor overheads (0 by default): a SEND occupies its rank for ``send_overhead``
   after putting the tensor on the link, a RECV ends no earlier than ``recv_overhead``
   after the rank reached it, and a compute action that does not repeat the stage and
   kind of its rank's previous compute action costs ``switch_forward`` (F) or
   ``switch_backward`` (B, I, W) more.
+
+With a duration spread (sim.costs) the program is replayed once per draw, each compute
+action's time (switch cost included) multiplied by its factor of `spread_factors` and
+rounded to the nanosecond (times the rank's factor of the draw with a rank spread;
+likewise each SEND's transfer time with a transfer spread),
+and the draw with the median makespan is the result.
 
 Activation memory of a stage is allocated when its F starts and freed when its B ends
 (with split backward: partly when I ends, the rest when W ends; see sim.costs).
@@ -33,11 +43,11 @@ from schedules import Action, Kind, Program, Schedule, ScheduleError, lower
 from schedules.analysis import switches
 from schedules.ir import Direction, transfer_count
 
-from .costs import CostModel, ResolvedCosts
+from .costs import CostModel, ResolvedCosts, spread_factors
 from .result import RankRecord, SimResult
 
 # Opcodes of the compiled streams (plain ints keep the hot loop cheap).
-_COMPUTE, _SEND, _RECV = 0, 1, 2
+_COMPUTE, _SEND, _RECV, _REDUCE = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -45,7 +55,8 @@ class Compiled:
     """A program flattened for the hot loop: one op tuple per action, per rank.
 
     Compute: (_COMPUTE, duration, bytes allocated at start, bytes freed at end);
-    SEND: (_SEND, transfer id, duration, link id); RECV: (_RECV, transfer id).
+    SEND: (_SEND, transfer id, duration, link id); RECV: (_RECV, transfer id);
+    REDUCE_GRAD: (_REDUCE, duration).
     Transfer ids are the IR's dense numbers (`Transfer.number`), so a SEND and its RECV
     share one; link ids are sender rank * p + receiver rank.
     """
@@ -68,9 +79,11 @@ def simulate(schedule_or_program: Schedule | Program, costs: CostModel) -> SimRe
     else:
         raise TypeError(f"simulate() takes a Schedule or a Program, not {type(schedule_or_program).__name__}")
     resolved = costs.for_schedule(program.schedule)
-    records = replay(
-        compile_program(program, resolved), resolved.contention, resolved.send_overhead, resolved.recv_overhead,
-    )
+    compiled = compile_program(program, resolved)
+    if resolved.draws > 1 or resolved.spread or resolved.transfer_spread or resolved.rank_spread:
+        records = median_draw(compiled, resolved)
+    else:
+        records = replay(compiled, resolved.contention, resolved.send_overhead, resolved.recv_overhead)
     _check_finished(program, records)
     return SimResult.from_records(program, costs, resolved, records)
 
@@ -106,6 +119,9 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
         append = row.append
         for action, switch in zip(stream, switches(stream)):
             kind, stage, mb = action.kind, action.stage, action.microbatch
+            if kind is Kind.REDUCE_GRAD and 0 <= stage < n:
+                append((_REDUCE, costs.reduce_grad[stage]))
+                continue
             if not (0 <= stage < n and 0 <= mb < m):
                 raise ScheduleError(
                     f"rank {rank}: {action} is outside stages 0..{n - 1} or microbatches 0..{m - 1}"
@@ -134,6 +150,34 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
     return Compiled(tuple(ops), transfer_count(n, m), p * p)
 
 
+def spread_draw(compiled: Compiled, costs: ResolvedCosts, draw: int) -> Compiled:
+    """`compiled` with each compute op's time and each SEND's transfer time scaled by its
+    factor of draw `draw` (sim.costs.spread_factors)."""
+    ops = []
+    for rank, row in enumerate(compiled.ops):
+        compute = spread_factors(costs.spread, draw, rank, len(row))
+        transfer = spread_factors(costs.transfer_spread, draw, rank, len(row), "transfer")
+        shared = spread_factors(costs.rank_spread, draw, rank, 1, "rank")[0]
+        ops.append(tuple(
+            (_COMPUTE, round(op[1] * (f * shared)), op[2], op[3]) if op[0] == _COMPUTE
+            else (_SEND, op[1], round(op[2] * t), op[3]) if op[0] == _SEND else op
+            for op, f, t in zip(row, compute, transfer)
+        ))
+    return Compiled(tuple(ops), compiled.num_transfers, compiled.num_links)
+
+
+def median_draw(compiled: Compiled, costs: ResolvedCosts) -> list[RankRecord]:
+    """Replay every draw of the spread; the records of the draw with the median makespan
+    (lower median, ties by draw number)."""
+    draws = []
+    for draw in range(costs.draws):
+        records = replay(spread_draw(compiled, costs, draw), costs.contention, costs.send_overhead,
+                         costs.recv_overhead)
+        draws.append((max((r.times[-1] for r in records if r.times), default=0), draw, records))
+    draws.sort(key=lambda x: (x[0], x[1]))
+    return draws[(len(draws) - 1) // 2][2]
+
+
 def replay(compiled: Compiled, contention: bool, send_overhead: int = 0, recv_overhead: int = 0) -> list[RankRecord]:
     """Replay compiled streams in the SimPy model; returns what each rank's process recorded
     (overheads in ns)."""
@@ -156,6 +200,7 @@ def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overh
     record = out.times.append
     memory = out.memory
     now = held = peak = busy = 0
+    collective_free = 0  # when the rank's collective resource has ended its last reduction
     first = -1
     last = 0
     for op in ops:
@@ -198,6 +243,11 @@ def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overh
             if send_overhead:
                 yield timeout(send_overhead)
                 now += send_overhead
+        elif code == _REDUCE:
+            start = max(now, collective_free)
+            collective_free = start + op[1]
+            record(start)
+            record(collective_free)
         else:
             tid = op[1]
             reached = now

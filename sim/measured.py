@@ -212,8 +212,8 @@ def read_profile(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     data = read_json(path)
-    if not isinstance(data, dict) or not set(data) <= {"layers", "p2p"}:
-        raise ScheduleError(f"{path} is not a profile (expected an object with 'layers' and/or 'p2p')")
+    if not isinstance(data, dict) or not set(data) <= {"layers", "p2p", "allreduce"}:
+        raise ScheduleError(f"{path} is not a profile (expected an object with 'layers', 'p2p' and/or 'allreduce')")
     layers = data.get("layers")
     if layers is not None:
         records = layers.get("records") if isinstance(layers, dict) else None
@@ -230,6 +230,11 @@ def read_profile(path: Path) -> dict[str, Any] | None:
         one_way = p2p.get("one_way_seconds") if isinstance(p2p, dict) else None
         if not (isinstance(one_way, dict) and one_way and all(k.isdigit() and _samples(v) for k, v in one_way.items())):
             raise ScheduleError(f"{path}: p2p.one_way_seconds must map byte sizes to lists of seconds")
+    allreduce = data.get("allreduce")
+    if allreduce is not None:
+        seconds = allreduce.get("seconds") if isinstance(allreduce, dict) else None
+        if not (isinstance(seconds, dict) and len(seconds) > 1 and all(k.isdigit() and _samples(v) for k, v in seconds.items())):
+            raise ScheduleError(f"{path}: allreduce.seconds must map two or more byte sizes to lists of seconds")
     return data
 
 

@@ -81,7 +81,8 @@ class SimResult:
             costs=costs,
             resolved=resolved,
             records=tuple(records),
-            makespan_ns=max((r.times[-1] for r in records if r.times), default=0),
+            # max, not the last: a gradient reduction may end after the actions after it
+            makespan_ns=max((max(r.times) for r in records if r.times), default=0),
             busy_ns=tuple(r.busy for r in records),
             span_ns=tuple((max(r.first, 0), r.last) for r in records),
             peak_bytes=tuple(r.peak for r in records),
@@ -219,7 +220,7 @@ def _timeline_rows(program: Program, records: tuple[RankRecord, ...]):
     # Per kind: its text and the offset of the peer stage (None for compute). Looked up
     # once per kind because Enum properties are slow in a loop over every action.
     label = {kind: kind.value for kind in Kind}
-    peer_offset = {kind: (None if kind.is_compute else Action(n, kind, 0).peer_stage() - n) for kind in Kind}
+    peer_offset = {kind: (Action(n, kind, 0).peer_stage() - n if kind.is_comm else None) for kind in Kind}
     for rank, (stream, record) in enumerate(zip(program.streams, records)):
         flat = record.times
         for i, action in enumerate(stream):
@@ -227,7 +228,7 @@ def _timeline_rows(program: Program, records: tuple[RankRecord, ...]):
             offset = peer_offset[kind]
             text = label[kind]
             yield (
-                0, rank, stage, chunk_of[stage], mb, text, f"{stage}{text}{mb}",
+                0, rank, stage, chunk_of[stage], mb, text, f"{stage}{text}{mb}" if mb >= 0 else f"{stage}{text}",
                 flat[2 * i] / NS_PER_S, flat[2 * i + 1] / NS_PER_S,
                 -1 if offset is None else s2r[stage + offset], "sim",
             )

@@ -79,8 +79,8 @@ def _executor_runs(layout, configs) -> list[dict]:
 
     runs = []
     for name, m, chunks in configs:
-        program = schedules.lower(schedules.build(name, ranks=layout.pp, microbatches=m, chunks=chunks))
-        spec = ModelSpec(**dict(GPT, layers=program.schedule.num_stages, batch_size=2 * m + 1))
+        program = schedules.lower(schedules.build(name, ranks=layout.pp, microbatches=m, chunks=chunks), layout.dp)
+        spec = ModelSpec(**dict(GPT, layers=program.schedule.num_stages, batch_size=layout.dp * (2 * m + 1)))
         result = execute(program, build_model(spec), RunOptions(check=True, timeout=60, layout=layout))
         if result.summary is not None:
             frame = result.timeline
@@ -152,7 +152,7 @@ def _worker(rank: int, port: int, out: str) -> None:
 
 
 def _pipeline_worker(rank: int, port: int, out: str) -> None:
-    """pp=2 x tp=2 on 4 ranks: every registered schedule through the executor with --check."""
+    """4 ranks: every registered schedule at pp=2 x tp=2, and two at dp=2 x tp=2, with --check."""
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     import torch.distributed as dist
@@ -162,6 +162,7 @@ def _pipeline_worker(rank: int, port: int, out: str) -> None:
 
     dist.init_process_group("gloo", rank=rank, world_size=4, timeout=datetime.timedelta(seconds=60))
     runs = _executor_runs(Layout(2, 1, TP), [(name, 4, None) for name in schedules.available()])
+    runs += _executor_runs(Layout(1, 2, TP), [("1f1b", 2, None), ("zb-h1", 2, None)])
     with open(f"{out}.{rank}", "w") as f:
         json.dump(runs, f)
     dist.destroy_process_group()
@@ -230,7 +231,8 @@ def _assert_checked(runs: list[dict], layout: dict) -> None:
         check = run["check"]
         assert run["passed"], f"{run['schedule']}: --check failed: {check}"
         assert check["parameters_missing"] == [] and check["max_relative_error"] <= 1e-4
-        assert run["layout"]["tp"] == layout["tp"] and run["layout"]["pp"] == layout["pp"]
+        assert check["replicas_identical"]
+        assert {k: run["layout"][k] for k in layout} == layout
         assert run["rows"] == run["expected_rows"]  # one pipeline's rows (dp = tp = 0), once
 
 
@@ -238,7 +240,7 @@ def test_executor_at_tp2_passes_check(tp_run):
     runs = tp_run[0]["executor"]
     assert [r["schedule"] for r in runs] == ["1f1b", "zb-h1", "interleaved"]
     assert all(r["executor"] == [] for r in tp_run[1:])  # only global rank 0 gathers
-    _assert_checked(runs, {"pp": 1, "tp": TP})
+    _assert_checked(runs, {"pp": 1, "dp": 1, "tp": TP})
     # One rank's share of a stage: sharded linears hold half their weights (and column-parallel
     # biases), row-parallel biases, LayerNorms, embedding and head stay whole.
     h, v, s = GPT["hidden"], GPT["vocab"], GPT["seq_len"]
@@ -250,9 +252,17 @@ def test_executor_at_tp2_passes_check(tp_run):
 def test_executor_at_pp2_tp2_passes_check_for_every_schedule(pp_tp_run):
     import schedules
 
-    runs = pp_tp_run[0]
+    runs = pp_tp_run[0][:len(schedules.available())]
     assert [r["schedule"] for r in runs] == list(schedules.available())
-    _assert_checked(runs, {"pp": 2, "tp": TP})
+    _assert_checked(runs, {"pp": 2, "dp": 1, "tp": TP})
+
+
+def test_executor_at_dp2_tp2_passes_check_with_identical_replicas(pp_tp_run):
+    import schedules
+
+    runs = pp_tp_run[0][len(schedules.available()):]
+    assert [r["schedule"] for r in runs] == ["1f1b", "zb-h1"]
+    _assert_checked(runs, {"pp": 1, "dp": 2, "tp": TP})
 
 
 # ------------------------------------------------------------------ command line
