@@ -163,9 +163,55 @@ def _pipeline_worker(rank: int, port: int, out: str) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=4, timeout=datetime.timedelta(seconds=60))
     runs = _executor_runs(Layout(2, 1, TP), [(name, 4, None) for name in schedules.available()])
     runs += _executor_runs(Layout(1, 2, TP), [("1f1b", 2, None), ("zb-h1", 2, None)])
+    sgd = _replicas_after_sgd(Layout(1, 2, TP))
     with open(f"{out}.{rank}", "w") as f:
-        json.dump(runs, f)
+        json.dump({"runs": runs, "sgd": sgd}, f)
     dist.destroy_process_group()
+
+
+def _replicas_after_sgd(layout) -> dict:
+    """Two zb-h1 steps with SGD after each on tp-sharded parameters: every parameter (gathered
+    whole over tp) against one process doing the same on the full batch, and each rank's
+    shard against the same shard of the other dp replicas, bit for bit."""
+    import copy
+    import hashlib
+
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    import schedules
+    from runtime import RunOptions, Session
+
+    program = schedules.lower(schedules.build("zb-h1", ranks=layout.pp, microbatches=2), layout.dp)
+    model = build_model(ModelSpec(**dict(GPT, layers=program.schedule.num_stages, batch_size=2 * layout.dp)))
+    full = copy.deepcopy(model.full_module())
+    reference = torch.optim.SGD(full.parameters(), lr=0.5)
+    for _ in range(2):
+        reference.zero_grad()
+        model.loss(full(model.inputs), model.targets).backward()
+        reference.step()
+    want = dict(full.named_parameters())
+    with Session(program, model, RunOptions(timeout=60, layout=layout)) as session:
+        local = torch.optim.SGD([p for _, p in session.named_parameters()], lr=0.5)
+        for _ in range(2):
+            session.step()
+            local.step()
+        params = sorted(session.named_parameters())
+        sharded = sum(isinstance(p, DTensor) for _, p in params)
+        whole = {n: (p.full_tensor() if isinstance(p, DTensor) else p).detach() for n, p in params}
+        error = max(float((whole[n] - want[n].detach()).abs().max() / want[n].detach().abs().max()) for n in whole)
+        digest = hashlib.sha256()
+        for _, p in params:
+            digest.update((p.to_local() if isinstance(p, DTensor) else p).detach().numpy().tobytes())
+        session.finish()
+    digests = [None] * dist.get_world_size()
+    dist.all_gather_object(digests, digest.hexdigest())
+    errors = [None] * dist.get_world_size()
+    dist.all_gather_object(errors, error)
+    rank = dist.get_rank()
+    return {"max_relative_error": max(errors), "sharded": sharded,
+            "replica_digests": [digests[r] for r in layout.dp_group(rank)],
+            "tp_digests": [digests[r] for r in layout.tp_group(rank)]}
 
 
 def _spawn(target, world: int, out: str) -> list:
@@ -193,6 +239,21 @@ def _spawn(target, world: int, out: str) -> list:
 @pytest.fixture(scope="module")
 def tp_run(tmp_path_factory):
     return _spawn(_worker, TP, str(tmp_path_factory.mktemp("tp") / "result"))
+
+
+def _cube_worker(rank: int, port: int, out: str) -> None:
+    """(pp, dp, tp) = (2, 2, 2) on 8 ranks: one small case with --check."""
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import torch.distributed as dist
+
+    from runtime.layout import Layout
+
+    dist.init_process_group("gloo", rank=rank, world_size=8, timeout=datetime.timedelta(seconds=60))
+    runs = _executor_runs(Layout(2, 2, TP), [("1f1b", 2, None)])
+    with open(f"{out}.{rank}", "w") as f:
+        json.dump(runs, f)
+    dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")
@@ -252,7 +313,7 @@ def test_executor_at_tp2_passes_check(tp_run):
 def test_executor_at_pp2_tp2_passes_check_for_every_schedule(pp_tp_run):
     import schedules
 
-    runs = pp_tp_run[0][:len(schedules.available())]
+    runs = pp_tp_run[0]["runs"][:len(schedules.available())]
     assert [r["schedule"] for r in runs] == list(schedules.available())
     _assert_checked(runs, {"pp": 2, "dp": 1, "tp": TP})
 
@@ -260,9 +321,20 @@ def test_executor_at_pp2_tp2_passes_check_for_every_schedule(pp_tp_run):
 def test_executor_at_dp2_tp2_passes_check_with_identical_replicas(pp_tp_run):
     import schedules
 
-    runs = pp_tp_run[0][len(schedules.available()):]
+    runs = pp_tp_run[0]["runs"][len(schedules.available()):]
     assert [r["schedule"] for r in runs] == ["1f1b", "zb-h1"]
     _assert_checked(runs, {"pp": 1, "dp": 2, "tp": TP})
+
+
+def test_dp2_tp2_replicas_stay_identical_through_sgd_steps(pp_tp_run):
+    for result in pp_tp_run:
+        sgd = result["sgd"]
+        # One stage of one block: its 4 linears' weights and biases are DTensors (the row-parallel
+        # biases replicated ones); LayerNorms, embedding and head stay plain.
+        assert sgd["sharded"] == 8
+        assert sgd["max_relative_error"] <= 1e-4
+        assert len(set(sgd["replica_digests"])) == 1  # the same shard on both replicas, bit for bit
+        assert len(set(sgd["tp_digests"])) == TP  # and different shards within the tp group
 
 
 # ------------------------------------------------------------------ command line
@@ -366,3 +438,9 @@ def test_a_dead_or_stopped_tp_peer_ends_the_run_with_one_line(tmp_path, how):
     else:
         assert f"nothing arrived within the {timeout} s timeout" in lines[0]
     assert f"{os.sep}runtime{os.sep}" not in stderr, stderr
+
+
+def test_executor_at_pp2_dp2_tp2_passes_check(tmp_path):
+    runs = _spawn(_cube_worker, 8, str(tmp_path / "result"))[0]
+    assert [r["schedule"] for r in runs] == ["1f1b"]
+    _assert_checked(runs, {"pp": 2, "dp": 2, "tp": TP})
