@@ -45,7 +45,6 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch.distributed.tensor import DTensor
 
 from schedules import Kind, Program
 from schedules.ir import Transfer
@@ -677,12 +676,12 @@ class _RankState:
             for stage in self.stages.values():  # tp shards gathered whole (collective over tp)
                 for name, grad in full_gradients(stage.module).items():
                     errors[name] = reference.relative_error(grad, ref.grads[name])
-            # Replicas must end a step with the same gradients, bit for bit (one all-reduce result);
-            # under tp each compares its own shard with the same shard of the other replicas.
+            # Replicas must end a step with the same gradients, bit for bit (one all-reduce
+            # result); under tp each rank digests its own shard, compared with its replicas'.
             digest = hashlib.sha256()
             for _, p in self.named_parameters_sorted():
                 grad = p.grad if p.grad is not None else torch.zeros_like(p)
-                grad = grad.to_local() if isinstance(grad, DTensor) else grad
+                grad = grad.to_local() if hasattr(grad, "to_local") else grad
                 digest.update(grad.detach().cpu().numpy().tobytes())
             check = {"errors": errors, "reference_loss": ref.loss, "names": sorted(ref.grads),
                      "grad_digest": digest.hexdigest()}
