@@ -78,6 +78,24 @@ def test_summary_agrees_with_its_tables_and_a_full_batch_run(run):
     assert [c["param_bytes"] for c in costs] == [4 * (hidden * hidden + hidden)] * 2
     assert costs[0]["output_bytes_per_microbatch"] == 2 * hidden * 4 and costs[1]["output_bytes_per_microbatch"] is None
     assert all(c["F_seconds"] > 0 and c["B_seconds"] > 0 for c in costs)
+    # What the run directory promises (README "Running a schedule"), with this run's values.
+    assert sorted(summary) == sorted([
+        "backend", "batch_bytes", "batch_size", "bubble_ratio", "bubble_ratio_rank_span", "check", "chunks",
+        "clock_alignment", "device", "layout", "loss", "makespan_median", "microbatch_sizes", "microbatches",
+        "model", "parameter_bytes", "peak_activation_bytes", "peak_cuda_allocated_bytes", "placement",
+        "post_ahead", "python", "ranks", "schedule", "stage_costs", "stages", "step_time_median", "step_times",
+        "steps", "timeout_seconds", "torch_threads", "torch_version", "transport", "warmup"])
+    assert summary["layout"] == {"pp": 1, "dp": 1, "tp": 1, "mesh_dims": ["pp", "dp", "tp"], "world_size": 1}
+    layer_bytes = 4 * (hidden * hidden + hidden)  # one Linear(hidden, hidden) in fp32
+    assert summary["parameter_bytes"] == {"prologue": 0, "layers": [layer_bytes, layer_bytes], "epilogue": 0}
+    assert (summary["backend"], summary["transport"], summary["post_ahead"], summary["device"]) == (
+        "gloo", "tagged", "step", "cpu")
+    assert summary["torch_version"] == torch.__version__ and summary["torch_threads"] == torch.get_num_threads()
+    assert summary["timeout_seconds"] == 60 and summary["peak_cuda_allocated_bytes"] is None
+    assert summary["model"] == dict(model.flags) and summary["batch_size"] == SPEC.batch_size
+    assert summary["step_time_median"] == pytest.approx(sum(summary["step_times"]) / 2, rel=1e-12)
+    assert set(timeline["source"]) == set(result.memory["source"]) == {"measured"} and result.cuda_memory is None
+    assert sorted(timeline["rank"].unique()) == [0]
     check = summary["check"]
     assert check["parameters_checked"] == 4 and check["parameters_missing"] == []
     assert check["tolerance"] == TOLERANCE == 1e-4 and check["max_relative_error"] < 1e-5
@@ -85,8 +103,9 @@ def test_summary_agrees_with_its_tables_and_a_full_batch_run(run):
 
 def test_outputs_are_written_readable_and_summary_last(run, tmp_path):
     program, _, result = run
-    out = tmp_path / "run"
+    out = tmp_path / "runs" / "run"  # parents are made
     write_outputs(result, program, out)
+    write_outputs(result, program, out)  # and an existing directory is reused
     assert sorted(p.name for p in out.iterdir()) == ["memory.csv", "program.json", "summary.json", "timeline.csv"]
     assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(result.summary))
     assert stat.S_IMODE((out / "summary.json").stat().st_mode) == 0o644
@@ -111,16 +130,22 @@ def test_printed_summary(run):
     failed = {**s, "check": {**s["check"], "passed": False, "parameters_missing": ["b", "c"]}}
     assert format_summary(failed).splitlines()[-1].startswith("check FAILED")
     assert format_summary(failed).endswith("; no gradient for b, c")
+    diverged = {**s, "check": {**s["check"], "passed": False, "replicas_identical": False}}
+    assert format_summary(diverged).endswith("; data-parallel replicas hold different gradients")
+    assert text[4] == "peak activation bytes per rank: " + ", ".join(f"{b:,}" for b in s["peak_activation_bytes"])
 
 
-def _payload(errors, loss, names=None, coords=(0, 0, 0), digest="d"):
+def _payload(errors, loss, names=None, coords=(0, 0, 0), digest="d", reference_loss=2.0):
     """One rank's check payload: its gradients' errors, its last stage's loss (or None)."""
     return {"coords": coords, "loss": loss,
-            "check": {"errors": errors, "reference_loss": 2.0, "names": sorted(names or errors), "grad_digest": digest}}
+            "check": {"errors": errors, "reference_loss": reference_loss, "names": sorted(names or errors),
+                      "grad_digest": digest}}
 
 
 def test_verdict_rules():
-    exact = _verdict([_payload({"a": 0.0}, None, names=["a", "b"]), _payload({"b": 0.0}, 2.0, coords=(1, 0, 0))], 1e-4)
+    # Two pipeline stages: their gradients differ (digests), as they should.
+    exact = _verdict([_payload({"a": 0.0}, None, names=["a", "b"], digest="d0"),
+                      _payload({"b": 0.0}, 2.0, coords=(1, 0, 0), digest="d1")], 1e-4)
     assert exact["passed"] is True and exact["parameters_checked"] == 2 and exact["loss_relative_error"] == 0.0
     at_tolerance = _verdict([_payload({"a": 1e-4, "b": 5e-5}, 2.0 * (1 + 1e-4))], 1e-4)
     assert at_tolerance["passed"] is True and at_tolerance["worst_parameter"] == "a"
@@ -133,9 +158,14 @@ def test_verdict_rules():
     assert _verdict([_payload({"a": 0.0}, None)], 1e-4)["passed"] is False  # no rank saw the loss
     # Two data-parallel replicas of one stage: the worse error counts, their losses are averaged,
     # and their gradients must be bit-identical.
-    replicas = [_payload({"a": 1e-6}, 1.9, coords=(0, 0, 0)), _payload({"a": 3e-6}, 2.1, coords=(0, 1, 0))]
+    replicas = [_payload({"a": 3e-6}, 1.9, coords=(0, 0, 0)), _payload({"a": 1e-6}, 2.1, coords=(0, 1, 0))]
     both = _verdict(replicas, 1e-4)
     assert both["passed"] is True and both["max_relative_error"] == 3e-6 and both["loss_relative_error"] < 1e-12
+    # The loss error is relative to the reference's, also below 1.
+    small = _verdict([_payload({"a": 0.0}, 0.5 * (1 + 2e-4), reference_loss=0.5)], 1e-4)
+    assert small["passed"] is False and small["loss_relative_error"] == pytest.approx(2e-4, rel=1e-9)
+    nothing = _verdict([_payload({}, 2.0)], 1e-4)  # a model without parameters
+    assert nothing["passed"] is True and nothing["worst_parameter"] is None and nothing["max_relative_error"] == 0.0
     replicas[1]["check"]["grad_digest"] = "other"
     diverged = _verdict(replicas, 1e-4)
     assert diverged["passed"] is False and diverged["replicas_identical"] is False
@@ -147,3 +177,25 @@ def test_relative_error_is_scaled_by_the_reference():
     assert relative_error(None, want) == 1.0  # a missing gradient counts as zeros
     assert relative_error(torch.zeros(2), torch.zeros(2)) == 0.0
     assert relative_error(torch.ones(2), torch.zeros(2)) == float("inf")
+
+
+def test_reference_gives_an_unused_parameter_a_zero_gradient():
+    """A parameter the loss never reaches has no .grad after backward: the reference must
+    still name it, with zeros (what the pipeline's stage leaves it), not fail."""
+    from torch import nn
+
+    from runtime import from_layers
+    from runtime.reference import compute
+
+    class WithSpare(nn.Linear):
+        def __init__(self):
+            super().__init__(3, 3)
+            self.spare = nn.Parameter(torch.ones(2))
+
+    torch.manual_seed(0)
+    model = from_layers(nn.Sequential(WithSpare(), nn.Linear(3, 3)), nn.functional.mse_loss,
+                        torch.randn(4, 3), torch.randn(4, 3))
+    ref = compute(model, torch.device("cpu"))
+    spare = [name for name in ref.grads if name.endswith("spare")]
+    assert len(spare) == 1 and torch.equal(ref.grads[spare[0]], torch.zeros(2))
+    assert all(g.abs().sum() > 0 for name, g in ref.grads.items() if name not in spare)

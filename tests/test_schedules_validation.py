@@ -283,6 +283,7 @@ def test_two_stages_on_one_rank_keep_their_dependencies(changes, message):
     """One rank holding both stages (interleaved p=1, v=2): the order on the rank alone must
     respect that stage 1's F needs stage 0's, and stage 0's backward stage 1's."""
     schedule = build("interleaved", ranks=1, microbatches=1, chunks=2)
+    changes = dict(changes)  # the parameter itself is shared by every run of the test
     if "order" in changes:
         schedule = with_order(schedule, [changes.pop("order")])
     with pytest.raises(ScheduleError) as info:
@@ -306,8 +307,22 @@ def test_two_stages_on_one_rank_keep_their_dependencies(changes, message):
 ])
 def test_each_schedule_rule_names_where_and_what(name, changes, message):
     schedule = build(name, ranks=2, microbatches=2)
+    changes = dict(changes)  # the parameter itself is shared by every run of the test
     if "order" in changes:
         schedule = with_order(schedule, changes.pop("order"))
     with pytest.raises(ScheduleError) as info:
         validate(replace(schedule, **changes))
     assert str(info.value) == message
+
+
+def test_split_backward_program_with_a_receive_too_early_deadlocks():
+    """The deadlock check with I and W: rank 0 waits for gradient 1 before sending forward 1."""
+    program = lower(build("zb-h1", ranks=2, microbatches=2))
+    rows = ["0F0 0SEND_F0 0F1 0RECV_B1 0SEND_F1 0RECV_B0 0I0 0W0 0I1 0W1",
+            "1RECV_F0 1F0 1I0 1SEND_B0 1RECV_F1 1F1 1I1 1SEND_B1 1W0 1W1"]
+    with pytest.raises(ScheduleError) as info:
+        validate(_with_streams(program, rows))
+    message = str(info.value)
+    assert message.startswith("[deadlock] rank 0: 0RECV_B1 can never complete under blocking receives; ")
+    assert "rank 1: blocked at 1RECV_F1 (action 4 of 10), waiting for 0SEND_F1 from rank 0" in message
+    validate(_with_streams(program, [rows[0].replace("0RECV_B1 0SEND_F1", "0SEND_F1 0RECV_B1"), rows[1]]))
