@@ -301,3 +301,31 @@ def test_validation_places_reductions_after_the_last_backward(tmp_path):
     missing = tuple(a for a in good.streams[1] if a.kind is not Kind.REDUCE_GRAD)
     with pytest.raises(schedules.ScheduleError, match=r"\[missing-reduce\] rank 1: 1REDUCE_GRAD never runs"):
         schedules.validate(Program(schedule, (good.streams[0], missing)))
+
+
+def test_calibrate_and_predict_a_data_parallel_run(tmp_path):
+    """torchrun (pp, dp) = (1, 2) with profiles -> sim calibrate fits the all-reduce; the cost
+    model of the run reduces each stage's parameter bytes (hand-counted) over d = 2."""
+    from sim.calibration import calibrate
+    from sim.measured import read_measured
+
+    out = tmp_path / "run"
+    port = _port()
+    cmd = [os.path.join(os.path.dirname(sys.executable), "torchrun"), "--nproc-per-node", "2", "--master-addr",
+           "127.0.0.1", "--master-port", str(port), "-m", "runtime", "--schedule", "gpipe", "--microbatches", "2",
+           "--dp", "2", "--layers", "4", "--hidden", "16", "--batch-size", "8", "--steps", "3", "--warmup", "1",
+           "--profile-layers", "--profile-p2p", "--timeout", "60", "--out", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run = read_measured(out)
+    assert run.summary["layout"]["dp"] == 2 and run.rows == 2  # 8 samples / 2 replicas / 2 microbatches
+    calibration = calibrate(run)
+    assert calibration.data_parallel == 2 and calibration.allreduce_latency > 0
+    assert 0 < calibration.allreduce_bandwidth < float("inf")
+    costs = calibration.for_run(run)
+    assert costs.data_parallel == 2 and costs.grad_reduce_bytes == (4 * (16 * 16 + 16) * 4,)  # 4 Linear(16, 16), fp32
+    compare = subprocess.run([sys.executable, "-m", "sim", "compare", "--measured", str(out), "--json"], cwd=tmp_path,
+                             env=env, capture_output=True, text=True, timeout=120)
+    assert compare.returncode == 0, compare.stderr
+    assert json.loads(compare.stdout)["step_time_simulated"] > 0
