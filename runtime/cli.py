@@ -12,6 +12,7 @@ schedule's (or --program file's) ranks. Without torchrun it runs as a single ran
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime
 import gc
 import os
@@ -34,9 +35,22 @@ from .profile import clear_profile, collect, write_profile
 from .record import clear_summary, format_summary, write_outputs
 
 
+class DefaultsHelp(argparse.HelpFormatter):
+    """Help that states each option's default (argparse's ArgumentDefaultsHelpFormatter skips
+    options without help text and prints "(default: None)" for the rest)."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        unset = action.default is None or action.default is False or action.default == argparse.SUPPRESS
+        if action.option_strings and not unset and "default" not in text:
+            action = copy.copy(action)
+            action.help = f"{text} (default: %(default)s)".strip()
+        return super()._format_action(action)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m runtime",
+        prog="python -m runtime", formatter_class=DefaultsHelp,
         description="Run a pipeline schedule's lowered instruction streams on torch.distributed (launch with torchrun).",
     )
     what = p.add_argument_group("schedule (one of --schedule or --program)")

@@ -63,6 +63,9 @@ from .memory import SavedTensorMeter
 from .models import PipelineModel, microbatch_sizes, partition
 from .record import RunResult, gather
 from .stage import Stage
+from .tensor_parallel import (
+    apply_tensor_parallel, check_tensor_parallel, collective_failure, full_gradients, local_numel,
+)
 
 POST_AHEAD_NAMES = ("auto", STEP)
 
@@ -146,8 +149,7 @@ def prepare(program: Program, model: PipelineModel, options: RunOptions, world_s
             f"pp={layout.pp} ({layout.describe()}; launch pp x dp x tp = {schedule.ranks * layout.dp * layout.tp} "
             "ranks with torchrun, or give --pp)"
         )
-    if layout.tp > 1:
-        raise ConfigError("--tp > 1 needs runtime/tensor_parallel.py (tensor parallelism inside a stage), not merged yet")
+    check_tensor_parallel(model, layout.tp)
     if model.batch_size % layout.dp:
         raise ConfigError(
             f"--batch-size {model.batch_size} is not divisible by --dp {layout.dp}: every replica takes an equal share"
@@ -374,6 +376,11 @@ class _RankState:
             s: model.stage_module(plan.layers[s], roles[s].holds_prologue, roles[s].holds_epilogue).to(device)
             for s in self.local
         }
+        # The layout's mesh (collective: every rank builds it, before the transport's groups).
+        self.mesh = device_mesh(plan.layout, device.type, options.timeout) if plan.layout.size > plan.layout.pp else None
+        self.tp_ranks = plan.layout.tp_group(self.global_rank)
+        if plan.layout.tp > 1:
+            modules = {s: apply_tensor_parallel(mod, self.mesh["tp"]) for s, mod in modules.items()}
         params = [p for mod in modules.values() for p in mod.parameters()]
         self.meter = SavedTensorMeter([*params, inputs, targets])
         self.stages: dict[int, Stage] = {}
@@ -607,14 +614,21 @@ class _RankState:
             before[i] = meter.bytes
             starts[i] = stamp()
             kind, stage, mb = op.kind, op.stage, op.microbatch
-            if kind is Kind.F:
-                out = stage.forward(mb, inputs[mb] if x is None else x, op.split)
-            elif kind is Kind.B:
-                out = stage.backward(mb, x)
-            elif kind is Kind.I:
-                out = stage.backward_input(mb, x)
-            else:
-                out = stage.backward_weight(mb)
+            try:
+                if kind is Kind.F:
+                    out = stage.forward(mb, inputs[mb] if x is None else x, op.split)
+                elif kind is Kind.B:
+                    out = stage.backward(mb, x)
+                elif kind is Kind.I:
+                    out = stage.backward_input(mb, x)
+                else:
+                    out = stage.backward_weight(mb)
+            except RuntimeError as exc:  # a tp peer failed inside the action's collectives
+                failure = collective_failure(exc, self.global_rank, str(self.stream[i]), self.tp_ranks,
+                                             self.plan.options.timeout)
+                if failure is None:
+                    raise
+                raise failure from None
             if op.produces is not None:
                 mailbox[op.produces] = out
             ends[i] = stamp()
@@ -661,14 +675,16 @@ class _RankState:
         check = None
         if ref is not None:
             errors = {}
-            for stage in self.stages.values():
-                for name, p in stage.module.named_parameters():
-                    if p.requires_grad:
-                        errors[name] = reference.relative_error(p.grad, ref.grads[name])
-            # Replicas must end a step with the same gradients, bit for bit (one all-reduce result).
+            for stage in self.stages.values():  # tp shards gathered whole (collective over tp)
+                for name, grad in full_gradients(stage.module).items():
+                    errors[name] = reference.relative_error(grad, ref.grads[name])
+            # Replicas must end a step with the same gradients, bit for bit (one all-reduce
+            # result); under tp each rank digests its own shard, compared with its replicas'.
             digest = hashlib.sha256()
             for _, p in self.named_parameters_sorted():
-                digest.update((p.grad if p.grad is not None else torch.zeros_like(p)).detach().cpu().numpy().tobytes())
+                grad = p.grad if p.grad is not None else torch.zeros_like(p)
+                grad = grad.to_local() if hasattr(grad, "to_local") else grad
+                digest.update(grad.detach().cpu().numpy().tobytes())
             check = {"errors": errors, "reference_loss": ref.loss, "names": sorted(ref.grads),
                      "grad_digest": digest.hexdigest()}
         return {
@@ -689,8 +705,8 @@ class _RankState:
                 for s, (shape, dtype) in self.shapes.items()
                 if s in self.local
             },
-            "params": {s: sum(p.numel() for p in st.params) for s, st in self.stages.items()},
-            "param_bytes": {s: sum(p.numel() * p.element_size() for p in st.params) for s, st in self.stages.items()},
+            "params": {s: local_numel(st.module) for s, st in self.stages.items()},  # this rank's tp shard
+            "param_bytes": {s: local_numel(st.module, bytes=True) for s, st in self.stages.items()},
             "batch_bytes": self.plan.model.inputs.nbytes + self.plan.model.targets.nbytes,
             "check": check,
         }

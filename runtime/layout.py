@@ -128,13 +128,23 @@ class Layout:
         return f"pp={self.pp} x dp={self.dp} x tp={self.tp}"
 
 
-def device_mesh(layout: Layout, device_type: str):
+def device_mesh(layout: Layout, device_type: str, timeout: float | None = None):
     """torch's DeviceMesh of `layout` (dims `MESH_DIMS`); collective over the default group.
 
     `mesh["dp"]`, `mesh["tp"]` and `mesh["pp"]` are then this rank's sub-meshes (their
     `get_group()` the process groups). Call it on every rank, in the same order as every
-    other group creation.
+    other group creation. `timeout` (seconds) bounds every collective on the mesh's groups:
+    without it they would wait torch's default (30 minutes on gloo) for a silent peer.
     """
+    import datetime
+
+    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    return init_device_mesh(device_type, layout.shape, mesh_dim_names=MESH_DIMS)
+    override = None
+    if timeout is not None:
+        backend = dist.get_backend()
+        options = dist.ProcessGroupNCCL.Options() if backend == "nccl" else dist.ProcessGroupGloo._Options()
+        options._timeout = datetime.timedelta(seconds=timeout)
+        override = {name: (backend, options) for name in MESH_DIMS}
+    return init_device_mesh(device_type, layout.shape, mesh_dim_names=MESH_DIMS, backend_override=override)

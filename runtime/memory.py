@@ -5,7 +5,8 @@ released when autograd frees the saved variable, so the count goes up during for
 and down as backward (or W) consumes the graph. Storages are counted once however many
 ops save them (views of one activation share a storage). Parameters and the batch
 itself (inputs, targets) are not activations: they live for the whole run, so their
-storages are skipped.
+storages are skipped. Under tensor parallelism autograd saves DTensors, which have no
+storage of their own: their local shard's storage is counted (and skipped) instead.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Iterable
 
 import torch
 from torch import Tensor
+from torch.distributed.tensor import DTensor
 
 
 class _Held:
@@ -34,7 +36,7 @@ class SavedTensorMeter:
     """Counts the bytes of saved-for-backward storages held right now, and their peak."""
 
     def __init__(self, exclude: Iterable[Tensor]):
-        self._skip = {t.untyped_storage().data_ptr() for t in exclude}
+        self._skip = {_local(t).untyped_storage().data_ptr() for t in exclude}
         self._held: dict[int, list[int]] = {}  # storage address -> [handles alive, bytes]
         self.bytes = 0
         self.peak = 0
@@ -53,15 +55,16 @@ class SavedTensorMeter:
 
     def _pack(self, tensor: Tensor):
         # The storage's address, without building a storage object (this runs per saved tensor).
+        local = _local(tensor)
         try:
-            key = tensor.data_ptr() - tensor.storage_offset() * tensor.element_size()
+            key = local.data_ptr() - local.storage_offset() * local.element_size()
         except (RuntimeError, NotImplementedError):  # sparse or other storage-less tensors
             return tensor
         if key == 0 or key in self._skip:
             return tensor
         entry = self._held.get(key)
         if entry is None:
-            size = tensor.untyped_storage().nbytes()
+            size = local.untyped_storage().nbytes()
             self._held[key] = [1, size]
             self.bytes += size
             if self.bytes > self.peak:
@@ -76,6 +79,14 @@ class SavedTensorMeter:
         if entry[0] == 0:
             del self._held[key]
             self.bytes -= entry[1]
+
+
+def _local(tensor: Tensor) -> Tensor:
+    """The tensor whose storage holds `tensor`'s bytes on this rank: a DTensor's local shard."""
+    if isinstance(tensor, DTensor):
+        with torch.no_grad():
+            return tensor.to_local()
+    return tensor
 
 
 def unpack(packed):

@@ -167,19 +167,29 @@ class Embedding(nn.Module):
 
 
 class CausalSelfAttention(nn.Module):
+    """Causal multi-head self-attention with one fused qkv projection.
+
+    The rows of `qkv.weight` are laid out head by head, [q, k, v] of head 0, then of head
+    1, ... (Megatron-LM's fused layout, Shoeybi et al. 2019, section 3), so that cutting
+    them into t contiguous blocks (column-parallel, runtime/tensor_parallel.py) gives each
+    rank whole heads. The forward therefore reads the number of heads from the width of
+    the projection it gets: all heads on one rank, heads / t on a tensor-parallel rank.
+    """
+
     def __init__(self, hidden: int, heads: int):
         super().__init__()
         self.heads = heads
+        self.head_dim = hidden // heads
         self.qkv = nn.Linear(hidden, 3 * hidden)
         self.proj = nn.Linear(hidden, hidden)
 
     def forward(self, x: Tensor) -> Tensor:
-        batch, seq, hidden = x.shape
-        q, k, v = self.qkv(x).split(hidden, dim=2)
-        shape = (batch, seq, self.heads, hidden // self.heads)
-        q, k, v = (t.view(shape).transpose(1, 2) for t in (q, k, v))
+        batch, seq, _ = x.shape
+        qkv = self.qkv(x)
+        heads = qkv.shape[-1] // (3 * self.head_dim)  # local heads under tensor parallelism
+        q, k, v = qkv.view(batch, seq, heads, 3, self.head_dim).transpose(1, 2).unbind(3)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).reshape(batch, seq, hidden))
+        return self.proj(y.transpose(1, 2).reshape(batch, seq, heads * self.head_dim))
 
 
 class Block(nn.Module):

@@ -11,9 +11,10 @@ These are the checks alone: `schedules.checked` lowers a schedule between them
 from __future__ import annotations
 
 from collections import deque
+from typing import NoReturn
 
 from .errors import ScheduleError
-from .ir import Action, Kind, Transfer
+from .ir import COMPUTE_KINDS, Action, Direction, Kind, Transfer, transfer_count
 from .schedule import Program, Schedule
 
 
@@ -39,62 +40,128 @@ def check_rules(schedule: Schedule) -> None:
         raise _fail("sizes", "schedule", f"order has {len(schedule.order)} rows, expected one per rank ({p})")
 
     num_stages = p * v
-    seen: dict[Action, tuple[int, int]] = {}
+    # Which actions run, as bit masks: bit mb of present[4 * stage + code] is set when the
+    # compute action (stage, kind with that code, mb) runs. Integers and masks instead of sets
+    # of Actions: hashing an Action is a Python-level call, and this runs per action.
+    present = [0] * (4 * num_stages)
+    code_of = _CODE
     for rank, row in enumerate(schedule.order):
         for pos, action in enumerate(row):
-            where = f"rank {rank}, position {pos}"
-            if not action.kind.is_compute:
-                raise _fail("compute-only", where, f"{action} is a communication action; a Schedule holds F/B/I/W only")
-            if not 0 <= action.stage < num_stages:
-                raise _fail("stage-range", where, f"{action} names stage {action.stage}, outside 0..{num_stages - 1}")
-            if not 0 <= action.microbatch < m:
-                raise _fail("microbatch-range", where, f"{action} names microbatch {action.microbatch}, outside 0..{m - 1}")
-            if s2r[action.stage] != rank:
-                raise _fail("placement", where, f"{action} runs stage {action.stage}, which sits on rank {s2r[action.stage]}")
-            if action in seen:
-                raise _fail("duplicate", where, f"{action} appears twice (first at position {seen[action][1]})")
-            seen[action] = (rank, pos)
+            code = code_of.get(action.kind)
+            stage, mb = action.stage, action.microbatch
+            if code is None:
+                raise _fail("compute-only", f"rank {rank}, position {pos}", f"{action} is a communication action; a Schedule holds F/B/I/W only")
+            if not 0 <= stage < num_stages:
+                raise _fail("stage-range", f"rank {rank}, position {pos}", f"{action} names stage {stage}, outside 0..{num_stages - 1}")
+            if not 0 <= mb < m:
+                raise _fail("microbatch-range", f"rank {rank}, position {pos}", f"{action} names microbatch {mb}, outside 0..{m - 1}")
+            if s2r[stage] != rank:
+                raise _fail("placement", f"rank {rank}, position {pos}", f"{action} runs stage {stage}, which sits on rank {s2r[stage]}")
+            slot, bit = 4 * stage + code, 1 << mb
+            if present[slot] & bit:
+                raise _fail("duplicate", f"rank {rank}, position {pos}", f"{action} appears twice (first at position {row.index(action)})")
+            present[slot] |= bit
 
+    everything = (1 << m) - 1
     for stage in range(num_stages):
-        rank = s2r[stage]
-        for mb in range(m):
-            acts = {k: Action(stage, k, mb) for k in (Kind.F, Kind.B, Kind.I, Kind.W)}
-            has = {k: a in seen for k, a in acts.items()}
-            where = f"rank {rank}"
-            if not has[Kind.F]:
-                raise _fail("missing-forward", where, f"{acts[Kind.F]} never runs")
-            if has[Kind.B] and (has[Kind.I] or has[Kind.W]):
-                raise _fail("backward-split", where, f"{acts[Kind.B]} and a split backward ({acts[Kind.I]}/{acts[Kind.W]}) both run")
-            if not has[Kind.B] and not (has[Kind.I] and has[Kind.W]):
-                if has[Kind.I]:
-                    raise _fail("missing-backward", where, f"{acts[Kind.I]} runs but {acts[Kind.W]} never does")
-                if has[Kind.W]:
-                    raise _fail("missing-backward", where, f"{acts[Kind.W]} runs but {acts[Kind.I]} never does")
-                raise _fail("missing-backward", where, f"{acts[Kind.B]} (or {acts[Kind.I]} and {acts[Kind.W]}) never runs")
+        f, b, i, w = present[4 * stage : 4 * stage + 4]
+        broken = (everything & ~f) | (b & (i | w)) | (everything & ~(b | (i & w)))
+        if broken:
+            _fail_completeness(stage, s2r[stage], (broken & -broken).bit_length() - 1, present)
 
-    # Ordering rules that hold on one rank (cross-rank order is the deadlock check's job).
-    for action, (rank, pos) in seen.items():
-        where = f"rank {rank}, position {pos}"
-        for dep in _local_dependencies(schedule, action):
-            if dep in seen and seen[dep][1] > pos:
-                raise _fail("order", where, f"{action} comes before {dep}, which it depends on")
+    # Ordering rules that hold on one rank (cross-rank order is the deadlock check's job): an
+    # action's same-rank dependency that runs must have run before it, i.e. be in `done`.
+    needs = _local_dependency_slots(schedule)
+    done = [0] * (4 * num_stages)
+    for rank, row in enumerate(schedule.order):
+        for pos, action in enumerate(row):
+            slot, bit = 4 * action.stage + code_of[action.kind], 1 << action.microbatch
+            for dep in needs[slot]:
+                if present[dep] & bit and not done[dep] & bit:
+                    later = Action(dep // 4, COMPUTE_KINDS[dep % 4], action.microbatch)
+                    raise _fail("order", f"rank {rank}, position {pos}", f"{action} comes before {later}, which it depends on")
+            done[slot] |= bit
 
 
-def _local_dependencies(schedule: Schedule, action: Action) -> list[Action]:
-    """Compute actions that `action` needs and that sit on the same rank."""
+_CODE = {kind: code for code, kind in enumerate(COMPUTE_KINDS)}  # F, B, I, W -> 0..3
+
+
+def _fail_completeness(stage: int, rank: int, mb: int, present: list[int]) -> NoReturn:
+    """Raise the completeness rule that microbatch `mb` of `stage` breaks."""
+    acts = {k: Action(stage, k, mb) for k in COMPUTE_KINDS}
+    has = {k: bool(present[4 * stage + _CODE[k]] >> mb & 1) for k in COMPUTE_KINDS}
+    where = f"rank {rank}"
+    if not has[Kind.F]:
+        raise _fail("missing-forward", where, f"{acts[Kind.F]} never runs")
+    if has[Kind.B] and (has[Kind.I] or has[Kind.W]):
+        raise _fail("backward-split", where, f"{acts[Kind.B]} and a split backward ({acts[Kind.I]}/{acts[Kind.W]}) both run")
+    if has[Kind.I]:
+        raise _fail("missing-backward", where, f"{acts[Kind.I]} runs but {acts[Kind.W]} never does")
+    if has[Kind.W]:
+        raise _fail("missing-backward", where, f"{acts[Kind.W]} runs but {acts[Kind.I]} never does")
+    raise _fail("missing-backward", where, f"{acts[Kind.B]} (or {acts[Kind.I]} and {acts[Kind.W]}) never runs")
+
+
+def _local_dependency_slots(schedule: Schedule) -> list[tuple[int, ...]]:
+    """Per slot 4 * stage + code: the slots of the compute actions of the same microbatch that
+    it needs and that sit on the same rank (F the previous stage's F; B and I the stage's F
+    and the next stage's B or I; W the stage's I)."""
     s2r = schedule.stage_to_rank
-    s, mb = action.stage, action.microbatch
-    deps: list[Action] = []
-    if action.kind is Kind.F:
-        if s > 0 and s2r[s - 1] == s2r[s]:
-            deps.append(Action(s - 1, Kind.F, mb))
-    elif action.kind.produces_input_grad:
-        deps.append(Action(s, Kind.F, mb))
-        if s < schedule.num_stages - 1 and s2r[s + 1] == s2r[s]:
-            deps += [Action(s + 1, Kind.B, mb), Action(s + 1, Kind.I, mb)]
-    elif action.kind is Kind.W:
-        deps.append(Action(s, Kind.I, mb))
-    return deps
+    last = schedule.num_stages - 1
+    needs: list[tuple[int, ...]] = []
+    for s in range(schedule.num_stages):
+        forward = (4 * (s - 1),) if s > 0 and s2r[s - 1] == s2r[s] else ()
+        backward = (4 * s,) + ((4 * (s + 1) + 1, 4 * (s + 1) + 2) if s < last and s2r[s + 1] == s2r[s] else ())
+        needs += [forward, backward, backward, (4 * s + 2,)]
+    return needs
+
+
+def find_deadlock(schedule: Schedule) -> bool:
+    """Whether the lowered program of a schedule that passed check_rules deadlocks.
+
+    Runs the compute order instead of the program: lowering puts each RECV right before the
+    compute action that consumes it and each SEND right after the one that produces it, so a
+    rank blocks before compute action X exactly when X takes a transfer from another rank whose
+    producer has not run yet. A third of the actions of the program, and integers for transfers.
+    """
+    s2r = schedule.stage_to_rank
+    num_stages, m = schedule.num_stages, schedule.microbatches
+    # Per (stage, code): the transfer number (without the microbatch) this action takes from
+    # another rank and the one it gives to another rank, or -1 (Transfer.number's layout).
+    takes, gives = [-1] * (4 * num_stages), [-1] * (4 * num_stages)
+    for s in range(num_stages):
+        if s > 0 and s2r[s - 1] != s2r[s]:
+            takes[4 * s] = (2 * (s - 1) + Direction.FORWARD) * m
+        if s < num_stages - 1 and s2r[s + 1] != s2r[s]:
+            gives[4 * s] = (2 * s + Direction.FORWARD) * m
+            takes[4 * s + 1] = takes[4 * s + 2] = (2 * (s + 1) + Direction.BACKWARD) * m
+        if s > 0 and s2r[s - 1] != s2r[s]:
+            gives[4 * s + 1] = gives[4 * s + 2] = (2 * s + Direction.BACKWARD) * m
+    code_of = _CODE
+    rows = [[(4 * a.stage + code_of[a.kind], a.microbatch) for a in row] for row in schedule.order]
+    produced = bytearray(transfer_count(num_stages, m))
+    waiting: dict[int, int] = {}  # transfer number -> rank blocked on it
+    pointer = [0] * len(rows)
+    ready = deque(range(len(rows)))
+    while ready:
+        rank = ready.popleft()
+        row = rows[rank]
+        i = pointer[rank]
+        while i < len(row):
+            slot, mb = row[i]
+            needed = takes[slot]
+            if needed >= 0 and not produced[needed + mb]:
+                waiting[needed + mb] = rank
+                break
+            made = gives[slot]
+            if made >= 0:
+                produced[made + mb] = 1
+                woken = waiting.pop(made + mb, None)
+                if woken is not None:
+                    ready.append(woken)
+            i += 1
+        pointer[rank] = i
+    return any(pointer[r] < len(row) for r, row in enumerate(rows))
 
 
 def check_program(program: Program) -> None:

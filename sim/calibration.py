@@ -22,8 +22,29 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   of the mean duration of its actions in that step (a disturbed step moves the
   median little; the mean within a step keeps the expected sum that a step's length
   depends on).
+  The fixed term of each role the run has is then set so that the run's own stages of
+  that role cost what they measured (their mean; a stage's cost in the run depends on
+  its rank's neighbours and load, not only on the profile's shape); the per-layer slope
+  and the roles the run lacks keep the scaled profile.
   Without a profile, the run's own per-stage costs are kept and only programs with
   the same stages can be simulated.
+- **duration_spread**: how compute actions vary around their typical cost within a
+  step (a makespan is a max over paths, so the spread makes it longer than a replay of
+  typical costs): each action's duration over the mean of its group (same step, rank,
+  stage, kind and switching), for groups of two or more, widened by sqrt(n / (n - 1))
+  (a group's own mean is closer to its members than the true level is), summarised as
+  SPREAD_QUANTILES evenly spaced quantiles, which the simulator draws from
+  (sim.costs; SPREAD_DRAWS replays, median draw).
+- **rank_spread**: slowness shared by a rank's compute in a step (a rank that loses its
+  core for a while slows all its actions at once; independent draws per action would
+  average that out): per step and rank, the sum of its compute durations over the sum of
+  their typical costs (the median over steps of each stage, kind and switching's step
+  mean, as above), as SPREAD_QUANTILES quantiles; the simulator gives each rank one such
+  factor per draw.
+- **transfer_spread**: the same for transfer times: each in-run transfer time (below)
+  over their mean, as SPREAD_QUANTILES quantiles. On a loaded machine a transfer waits
+  for the sending or receiving thread to get a core, and both ranks then wait in RECV
+  far longer than the mean says.
 - **switch_forward / switch_backward**: what an action costs more when its rank's
   previous compute action had another stage or kind (schedules.analysis.switches;
   caches hold another working set): per kind, the median over stages of (median over steps of the mean switching
@@ -68,6 +89,19 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   bandwidth term; without a profile, bandwidth is unlimited and the latency is the in-run
   mean. A prediction takes d from the run it predicts (`for_run`).
 
+**Quality** (``quality``): the calibration replays each run it was fitted on and stores,
+per run, the measured median step time, the simulated one, the signed self-replay error,
+and the run's step-time spread (interquartile range over the median); `warnings` lists
+every run whose error or spread exceeds QUALITY_LIMIT, so that a user can tell a model
+miss (error beyond the spread) from a noisy machine (spread as large as the error).
+
+**Several runs** (`calibrate_runs`, same model and microbatch size): each run is fitted
+alone, then every scalar parameter and every per-layer fit is the mean over the runs
+(a role's fixed term over the runs that have it; a kind over the runs that have it, so
+that a 1F1B run and a zero-bubble run together give B as well as I and W), the spread's
+quantiles are those of
+all runs' residuals together, and the quality is reported for each run.
+
 Predictions hold for the same model at the same microbatch size (rows per
 microbatch); `check_run` refuses others.
 """
@@ -90,11 +124,15 @@ from schedules.posting import PostAhead, post_positions
 from schedules.stages import ROLES, balanced_layers, role_of
 
 from .costs import CostError, CostModel
+from .engine import simulate
 from .measured import MeasuredRun
 
 FORMAT = "bubblescope-calibration"
-VERSION = 2
+VERSION = 3
 RECV_QUANTILE = 0.10
+SPREAD_QUANTILES = 32
+SPREAD_DRAWS = 49
+QUALITY_LIMIT = 0.03  # self-replay error or step-time spread (IQR / median) worth a warning
 
 
 @dataclass(frozen=True)
@@ -135,7 +173,11 @@ class Calibration:
     step_overhead: float
     p2p_latency: float
     p2p_bandwidth: float = math.inf
+    duration_spread: tuple[float, ...] = ()
+    transfer_spread: tuple[float, ...] = ()
+    rank_spread: tuple[float, ...] = ()
     diagnostics: Mapping[str, Any] = field(default_factory=dict)
+    quality: Mapping[str, Any] = field(default_factory=dict)
     data_parallel: int = 1
     allreduce_latency: float = 0.0
     allreduce_bandwidth: float = math.inf
@@ -204,6 +246,10 @@ class Calibration:
             step_overhead=self.step_overhead,
             switch_forward=self.switch_forward,
             switch_backward=self.switch_backward,
+            duration_spread=self.duration_spread,
+            transfer_spread=self.transfer_spread,
+            rank_spread=self.rank_spread,
+            spread_draws=SPREAD_DRAWS,
         )
 
     def for_run(self, run: MeasuredRun) -> CostModel:
@@ -253,6 +299,19 @@ class Calibration:
                      f"recv {us(self.recv_overhead)}, step {us(self.step_overhead)}")
         bandwidth = "unlimited" if math.isinf(self.p2p_bandwidth) else f"{self.p2p_bandwidth / 1e9:.2f} GB/s"
         lines.append(f"  p2p: latency {us(self.p2p_latency)}, bandwidth {bandwidth}, {self.boundary_bytes:,} bytes per boundary")
+        if self.duration_spread:
+            q = np.quantile(self.duration_spread, [0.1, 0.5, 0.9])
+            cv = float(np.std(self.duration_spread) / np.mean(self.duration_spread))
+            lines.append(f"  compute time spread within a step: CV {cv:.2f}, 10/50/90th percentile x{q[0]:.2f} "
+                         f"x{q[1]:.2f} x{q[2]:.2f} (replayed {SPREAD_DRAWS} times, median draw)")
+        if self.rank_spread:
+            q = np.quantile(self.rank_spread, [0.1, 0.5, 0.9])
+            lines.append(f"  a rank's compute in a step: 10/50/90th percentile x{q[0]:.2f} x{q[1]:.2f} x{q[2]:.2f} "
+                         "of its typical")
+        if self.transfer_spread:
+            q = np.quantile(self.transfer_spread, [0.1, 0.5, 0.9])
+            lines.append(f"  transfer time spread: 10/50/90th percentile x{q[0]:.2f} x{q[1]:.2f} x{q[2]:.2f} of the mean")
+        lines += quality_lines(self.quality)
         if self.data_parallel > 1:
             bandwidth = "unlimited" if math.isinf(self.allreduce_bandwidth) else f"{self.allreduce_bandwidth / 1e9:.2f} GB/s"
             lines.append(f"  gradient all-reduce over dp={self.data_parallel}: latency {us(self.allreduce_latency)}, "
@@ -289,6 +348,9 @@ class Calibration:
                 if values.get(key, None) is None:
                     values[key] = math.inf
             values["stages"] = tuple(values["stages"])
+            values["duration_spread"] = tuple(values.get("duration_spread", ()))
+            values["transfer_spread"] = tuple(values.get("transfer_spread", ()))
+            values["rank_spread"] = tuple(values.get("rank_spread", ()))
             if values.get("compute") is not None:
                 values["compute"] = {k: LinearCost(**v) for k, v in values["compute"].items()}
             for key in ("activation", "weight_memory"):
@@ -309,7 +371,98 @@ def is_calibration(data: Any) -> bool:
 
 # ---------------------------------------------------------------------------- fitting
 def calibrate(run: MeasuredRun) -> Calibration:
-    """Fit every parameter of the module docstring from `run` (and its profile.json)."""
+    """Fit every parameter of the module docstring from `run` (and its profile.json), and
+    report how well it replays the run (``quality``)."""
+    return calibrate_runs([run])
+
+
+def calibrate_runs(runs: Sequence[MeasuredRun]) -> Calibration:
+    """One calibration from several runs of the same model and microbatch size (module
+    docstring), with the quality of its replay of each."""
+    if not runs:
+        raise CostError("calibrate needs at least one run")
+    fitted = [_fit_one(run) for run in runs]
+    first = fitted[0][0]
+    for run, (c, _) in zip(runs[1:], fitted[1:]):
+        if dict(c.model) != dict(first.model) or c.rows != first.rows:
+            raise CostError(f"{run.path} runs model {dict(c.model)} at {c.rows} rows per microbatch, but "
+                            f"{runs[0].path} runs {dict(first.model)} at {first.rows}: calibrate them separately")
+        if (c.compute is None) != (first.compute is None):
+            raise CostError(f"{run.path} and {runs[0].path}: either all runs have a profile.json or none")
+    calibration = first if len(fitted) == 1 else _combine([c for c, _ in fitted], runs)
+    pooled = [np.concatenate([r[j] for _, r in fitted]) for j in (0, 1, 2)]
+    calibration = replace(calibration, duration_spread=spread_quantiles(pooled[0]),
+                          transfer_spread=spread_quantiles(pooled[1]), rank_spread=spread_quantiles(pooled[2]))
+    return replace(calibration, quality=quality_of(calibration, runs))
+
+
+def _combine(calibrations: list[Calibration], runs: Sequence[MeasuredRun]) -> Calibration:
+    """The mean of several runs' calibrations (module docstring)."""
+    def mean(values) -> float:
+        return float(np.mean(list(values)))
+
+    first = calibrations[0]
+    compute = None
+    if first.compute is not None:
+        compute = {}
+        kinds = [k for k in COMPUTE_NAMES if any(k in c.compute for c in calibrations)]
+        for kind in kinds:  # a 1F1B run gives F and B, a zero-bubble one F, I and W: keep all
+            fits = [c.compute[kind] for c in calibrations if kind in c.compute]
+            roles = sorted({r for f in fits for r in f.fixed}, key=ROLES.index)
+            compute[kind] = LinearCost(mean(f.per_layer for f in fits),
+                                       {r: mean(f.fixed[r] for f in fits if r in f.fixed) for r in roles})
+    scalars = {name: mean(getattr(c, name) for c in calibrations) for name in (
+        "dispatch_overhead", "switch_forward", "switch_backward", "send_overhead", "recv_overhead",
+        "step_overhead", "p2p_latency")}
+    inverse = [1.0 / c.p2p_bandwidth for c in calibrations]
+    bandwidth = math.inf if not any(inverse) else 1.0 / mean(inverse)
+    ratio = {k: mean(c.speed_ratio[k] for c in calibrations if k in c.speed_ratio)
+             for k in COMPUTE_NAMES if any(k in c.speed_ratio for c in calibrations)}
+    return replace(first, compute=compute, speed_ratio=ratio, p2p_bandwidth=bandwidth,
+                   source={**first.source, "runs": [str(r.path) for r in runs]}, **scalars)
+
+
+def quality_of(calibration: Calibration, runs: Sequence[MeasuredRun]) -> dict[str, Any]:
+    """Per run: measured and simulated median step time, self-replay error, step-time spread
+    (IQR / median); and warnings for those beyond QUALITY_LIMIT (module docstring)."""
+    per_run, warnings = [], []
+    for run in runs:
+        simulated = simulate(run.program, calibration.for_run(run)).step_time
+        times = np.array(run.step_times)
+        measured = float(np.median(times))
+        q1, q3 = np.percentile(times, [25, 75])
+        entry = {
+            "run": str(run.path), "schedule": run.program.schedule.name, "steps": len(times),
+            "step_time_measured": measured, "step_time_simulated": simulated,
+            "self_replay_error": (simulated - measured) / measured if measured else 0.0,
+            "step_time_spread": float((q3 - q1) / measured) if measured else 0.0,
+        }
+        per_run.append(entry)
+        if abs(entry["self_replay_error"]) > QUALITY_LIMIT:
+            warnings.append(f"{run.path}: the calibration replays the run {100 * entry['self_replay_error']:+.1f}% "
+                            f"off its measured step time (beyond {100 * QUALITY_LIMIT:.0f}%)")
+        if entry["step_time_spread"] > QUALITY_LIMIT:
+            warnings.append(f"{run.path}: its step times spread {100 * entry['step_time_spread']:.1f}% (IQR / "
+                            f"median; beyond {100 * QUALITY_LIMIT:.0f}%): a noisy machine, predictions are as "
+                            "uncertain")
+    return {"runs": per_run, "warnings": warnings}
+
+
+def quality_lines(quality: Mapping[str, Any]) -> list[str]:
+    """The quality report's lines (what `sim calibrate` prints after the parameters)."""
+    lines = []
+    for entry in quality.get("runs", []):
+        lines.append(f"  self-replay of {entry['run']} ({entry['schedule']}, {entry['steps']} steps): measured "
+                     f"{entry['step_time_measured'] * 1e3:.2f} ms, simulated {entry['step_time_simulated'] * 1e3:.2f} "
+                     f"ms, error {100 * entry['self_replay_error']:+.1f}%; step-time spread (IQR / median) "
+                     f"{100 * entry['step_time_spread']:.1f}%")
+    lines += [f"warning: {w}" for w in quality.get("warnings", [])]
+    return lines
+
+
+def _fit_one(run: MeasuredRun) -> tuple[Calibration, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Every parameter fitted from one run, and the run's compute, transfer and rank spread
+    residuals (no quality yet)."""
     schedule = run.program.schedule
     stages = run_stages(run)
     diagnostics: dict[str, Any] = {}
@@ -358,7 +511,7 @@ def calibrate(run: MeasuredRun) -> Calibration:
         allreduce_latency=allreduce_latency,
         allreduce_bandwidth=allreduce_bandwidth,
         parameter_bytes=parameter_bytes,
-    )
+    ), (spread_residuals(run), transfer_residuals(run), rank_residuals(run))
 
 
 def data_parallel_of(run: MeasuredRun) -> int:
@@ -412,13 +565,74 @@ def fit_compute(records: list[dict], stages: list[dict], diagnostics: dict) -> t
         fit, residual = fit_linear([(r["role"], r["layers"], median(r[kind])) for r in records if kind in r])
         predicted = sum(fit.at(st["role"], st["layers"][1] - st["layers"][0]) for st in stages)
         ratio[kind] = sum(st[kind] for st in stages) / predicted if predicted > 0 else 1.0
-        compute[kind] = fit.scaled(ratio[kind])
+        compute[kind] = anchored(fit.scaled(ratio[kind]), stages, kind)
         diagnostics[f"profile_fit_rms_{kind}"] = residual
         # How far the fitted model is from each of the run's own stages (relative).
         diagnostics[f"stage_error_{kind}"] = [
             compute[kind].at(st["role"], st["layers"][1] - st["layers"][0]) / st[kind] - 1 for st in stages
         ]
     return compute, ratio
+
+
+def anchored(fit: LinearCost, stages: list[dict], kind: str) -> LinearCost:
+    """`fit` with each role the run has moved so that the run's stages of that role cost
+    their measured mean (module docstring)."""
+    fixed = dict(fit.fixed)
+    for role in {st["role"] for st in stages}:
+        own = [st for st in stages if st["role"] == role]
+        miss = np.mean([st[kind] - fit.at(role, st["layers"][1] - st["layers"][0]) for st in own])
+        fixed[role] = fit.fixed[role] + float(miss)
+    return LinearCost(fit.per_layer, fixed)
+
+
+def spread_residuals(run: MeasuredRun) -> np.ndarray:
+    """Each compute action's duration over its group's mean (same step, rank, stage, kind and
+    switching; groups of two or more), its deviation widened by sqrt(n / (n - 1))."""
+    timeline = run.timeline
+    frame = pd.DataFrame({
+        "step": timeline["step"], "rank": timeline["rank"], "stage": timeline["stage"], "kind": timeline["kind"],
+        "switch": _switch_flags(run), "duration": timeline["end"] - timeline["start"],
+    })[timeline["kind"].isin(COMPUTE_NAMES)]
+    groups = frame.groupby(["step", "rank", "stage", "kind", "switch"])["duration"]
+    mean, size = groups.transform("mean"), groups.transform("size")
+    keep = (size >= 2) & (mean > 0)
+    ratio = (frame["duration"] / mean)[keep].to_numpy()
+    n = size[keep].to_numpy()
+    return 1.0 + (ratio - 1.0) * np.sqrt(n / (n - 1.0))
+
+
+def rank_residuals(run: MeasuredRun) -> np.ndarray:
+    """Per step and rank: its compute durations' sum over the sum of their typical costs
+    (module docstring)."""
+    timeline = run.timeline
+    frame = pd.DataFrame({
+        "step": timeline["step"], "rank": timeline["rank"], "stage": timeline["stage"], "kind": timeline["kind"],
+        "switch": _switch_flags(run), "duration": timeline["end"] - timeline["start"],
+    })[timeline["kind"].isin(COMPUTE_NAMES)]
+    keys = ["stage", "kind", "switch"]
+    typical = frame.groupby(keys + ["step"])["duration"].mean().groupby(level=[0, 1, 2]).median()
+    frame = frame.join(typical.rename("typical"), on=keys)
+    sums = frame.groupby(["step", "rank"])[["duration", "typical"]].sum()
+    sums = sums[sums["typical"] > 0]
+    return (sums["duration"] / sums["typical"]).to_numpy()
+
+
+def transfer_residuals(run: MeasuredRun) -> np.ndarray:
+    """Each in-run transfer time (`transfer_delays`) over their mean; none if there are none
+    or their mean is not positive."""
+    delays = np.maximum(np.array(transfer_delays(run)), 0.0)
+    if not len(delays) or delays.mean() <= 0:
+        return np.array([])
+    return delays / delays.mean()
+
+
+def spread_quantiles(residuals: np.ndarray) -> tuple[float, ...]:
+    """SPREAD_QUANTILES evenly spaced quantiles of the residuals, at least 0; none when there are
+    no residuals or every one is 1 (no spread: the replay needs no draws)."""
+    if not len(residuals) or np.allclose(residuals, 1.0, rtol=0, atol=1e-9):
+        return ()
+    levels = (np.arange(SPREAD_QUANTILES) + 0.5) / SPREAD_QUANTILES
+    return tuple(max(float(x), 0.0) for x in np.quantile(residuals, levels))
 
 
 def fit_memory(records: list[dict]) -> tuple[LinearCost, LinearCost | None]:
@@ -546,7 +760,14 @@ def stream_ends(timeline: pd.DataFrame, dispatch: float) -> list[float]:
 
 
 def transfer_time(run: MeasuredRun) -> float | None:
-    """Mean in-run transfer time (module docstring), or None if no receiver ever waited.
+    """Mean in-run transfer time (module docstring), or None if no receiver ever waited."""
+    delays = transfer_delays(run)
+    return float(np.mean(delays)) if delays else None
+
+
+def transfer_delays(run: MeasuredRun) -> list[float]:
+    """Every in-run transfer time: RECV end - SEND start of transfers whose receiver was
+    already waiting when the send started.
 
     Rank clocks are aligned only at the step's barrier, so per step and pair of ranks the
     offset between their clocks is estimated as the middle of the interval that causality
@@ -574,7 +795,7 @@ def transfer_time(run: MeasuredRun) -> float | None:
                 shift = offset if sender == low else -offset  # receiver's times into the sender's clock
                 if start + shift <= at:
                     delays.append(end + shift - at)
-    return float(np.mean(delays)) if delays else None
+    return delays
 
 
 def fit_linear(points: Sequence[tuple[str, int, float]]) -> tuple[LinearCost, float]:

@@ -11,6 +11,8 @@ Measured numbers are medians over the run's measured steps; the simulation is on
   makespan. Rank clocks in a run are aligned only at the step's barrier, so part of
   this is the ranks' clock offset, not the model.
 - ``bubble_ratio``: idle compute time / (p x makespan), as schedules.timeline defines it.
+- ``step_time_spread``: the run's measured step times, interquartile range over the median
+  (an error within it may be the machine's noise rather than the model's miss).
 - ``peak_activation_bytes``: per rank; measured by the executor's saved-tensor meter
   (max over steps), simulated from the cost model's per-stage activation bytes.
 """
@@ -48,6 +50,7 @@ class Comparison:
     bubble_ratio_simulated: float
     peak_activation_bytes_measured: list[int]
     peak_activation_bytes_simulated: list[int]
+    step_time_spread: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -63,7 +66,8 @@ class Comparison:
             f"costs: {origin}",
             f"{'':24}{'measured':>14}{'simulated':>14}{'error':>10}",
             f"{'step time (median)':24}{ms(self.step_time_measured):>14}{ms(self.step_time_simulated):>14}"
-            f"{100 * self.step_time_error:>+9.1f}%",
+            f"{100 * self.step_time_error:>+9.1f}%   (measured spread, IQR / median: "
+            f"{100 * self.step_time_spread:.1f}%)",
             f"{'makespan (median)':24}{ms(self.makespan_measured):>14}{ms(self.makespan_simulated):>14}"
             f"{100 * self.makespan_error:>+9.1f}%",
             f"{'bubble ratio':24}{self.bubble_ratio_measured:>14.3f}{self.bubble_ratio_simulated:>14.3f}",
@@ -98,8 +102,17 @@ def compare_run(run: MeasuredRun, costs: CostModel) -> tuple[Comparison, SimResu
         bubble_ratio_simulated=result.bubble_ratio,
         peak_activation_bytes_measured=[int(b) for b in run.summary["peak_activation_bytes"]],
         peak_activation_bytes_simulated=result.peak_activation_bytes,
+        step_time_spread=step_spread(run.step_times),
     )
     return comparison, result
+
+
+def step_spread(times: list[float]) -> float:
+    """Interquartile range of step times over their median (0 without steps)."""
+    if not times:
+        return 0.0
+    q1, mid, q3 = np.percentile(times, [25, 50, 75])
+    return float((q3 - q1) / mid) if mid else 0.0
 
 
 def start_mae(run: MeasuredRun, result: SimResult) -> float:

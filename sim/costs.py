@@ -44,6 +44,21 @@ the caches then hold another working set (another stage's weights, or the forwar
 data where the backward needs gradients). Stage costs are those of an action that
 repeats the previous one (GPipe's phases); 1F1B's steady state switches every action.
 
+Spread of compute times (default none: every action costs its stage's value): real
+compute actions vary around their typical cost, and a step's makespan is a max over
+paths, so replaying typical costs predicts it short (the expected max exceeds the max of
+expectations). ``duration_spread`` lists relative factors (their mean about 1; e.g. the
+quantiles of measured durations over their typical value, sim.calibration fits them);
+with it the program is replayed ``spread_draws`` times, each compute action's time
+multiplied by a factor picked from the list for that draw, rank and position
+(`spread_factors`: seeded from those three, so results stay deterministic), and the
+result is the draw whose makespan is the median (lower median; ties by draw number).
+``transfer_spread`` does the same for transfer times (each SEND's transfer, on the
+wire and on its link, multiplied by its factor; factors drawn from their own seeded
+stream), for machines where a transfer's time varies as much as a compute action's.
+``rank_spread`` is slowness shared by all of a rank's compute in one step (a rank that
+loses its core for a while): each draw gives each rank one factor from the list (its own
+seeded stream), which multiplies every compute action of that rank besides its own factor.
 Data parallelism: a program lowered for d > 1 replicas (``schedules.lower(schedule, d)``)
 holds one REDUCE_GRAD per stage. It all-reduces ``grad_reduce_bytes`` of that stage (per
 stage, scalar split over a rank's v stages like compute) over ``data_parallel`` = d ranks in
@@ -70,6 +85,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Protocol, Sequence, Union
@@ -127,7 +143,8 @@ class ResolvedCosts:
     `memory[s]`: activation bytes of one microbatch on stage s; `weight_memory[s]`: the
     part of it kept from I until W; `static[r]`: static bytes of rank r; `send_overhead`,
     `recv_overhead`, `step_overhead`, `switch_forward`, `switch_backward`: the executor
-    overheads of the cost model.
+    overheads of the cost model; `spread`, `transfer_spread`, `rank_spread`, `draws`:
+    duration_spread, transfer_spread, rank_spread and spread_draws.
     """
 
     forward: tuple[int, ...]
@@ -145,6 +162,10 @@ class ResolvedCosts:
     step_overhead: int = 0
     switch_forward: int = 0
     switch_backward: int = 0
+    spread: tuple[float, ...] = ()
+    transfer_spread: tuple[float, ...] = ()
+    rank_spread: tuple[float, ...] = ()
+    draws: int = 1
     reduce_grad: tuple[int, ...] = ()  # per stage: ns of its REDUCE_GRAD all-reduce
 
 
@@ -167,6 +188,9 @@ class CostModel:
     recv_overhead (least rank time per RECV), step_overhead (step time minus makespan),
     switch_forward / switch_backward (added to an F / a B, I or W that does not repeat
     its rank's previous compute action's stage and kind).
+    Spread (module docstring): duration_spread, transfer_spread and rank_spread (relative
+    factors of compute times, transfer times and a rank's compute in a step; default none)
+    and spread_draws (replays, default 49).
     Data parallelism (module docstring): data_parallel (d, replicas), grad_reduce_bytes
     (per stage), allreduce_latency (seconds), allreduce_bandwidth (bytes per second, default
     unlimited).
@@ -190,6 +214,10 @@ class CostModel:
     step_overhead: float = 0.0
     switch_forward: float = 0.0
     switch_backward: float = 0.0
+    duration_spread: Sequence[float] = ()
+    transfer_spread: Sequence[float] = ()
+    rank_spread: Sequence[float] = ()
+    spread_draws: int = 49
     data_parallel: int = 1
     grad_reduce_bytes: PerStage = 0
     allreduce_latency: float = 0.0
@@ -213,6 +241,14 @@ class CostModel:
             raise CostError(f"weight_memory_fraction must be within 0..1, got {fraction!r}")
         if not isinstance(self.link_contention, bool):
             raise CostError(f"link_contention must be true or false, got {self.link_contention!r}")
+        for name in ("duration_spread", "transfer_spread", "rank_spread"):
+            spread = getattr(self, name)
+            if not isinstance(spread, (list, tuple)):
+                raise CostError(f"{name} must be a list of factors, got {spread!r}")
+            object.__setattr__(self, name, tuple(_number(f"{name}[{i}]", x) for i, x in enumerate(spread)))
+        draws = self.spread_draws
+        if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
+            raise CostError(f"spread_draws must be an integer >= 1, got {draws!r}")
         object.__setattr__(self, "grad_reduce_bytes", _as_values("grad_reduce_bytes", self.grad_reduce_bytes))
         object.__setattr__(self, "allreduce_latency", _number("allreduce_latency", self.allreduce_latency))
         if isinstance(self.data_parallel, bool) or not isinstance(self.data_parallel, int) or self.data_parallel < 1:
@@ -285,6 +321,10 @@ class CostModel:
             step_overhead=round(self.step_overhead * NS_PER_S),
             switch_forward=round(self.switch_forward * NS_PER_S),
             switch_backward=round(self.switch_backward * NS_PER_S),
+            spread=self.duration_spread,
+            transfer_spread=self.transfer_spread,
+            rank_spread=self.rank_spread,
+            draws=self.spread_draws if self.duration_spread or self.transfer_spread or self.rank_spread else 1,
             reduce_grad=tuple(
                 self.allreduce_ns(b) for b in _per_stage("grad_reduce_bytes", self.grad_reduce_bytes, n, v)
             ),
@@ -337,6 +377,17 @@ class CostModel:
     def from_json(cls, path: str | Path) -> "CostModel":
         """Read a cost model written by to_json (or by hand); raises CostError if malformed."""
         return cls.from_dict(read_json(path, CostError, "cost model "))
+
+
+def spread_factors(spread: Sequence[float], draw: int, rank: int, count: int, what: str = "spread") -> list[float]:
+    """The factors of draw `draw` for the first `count` positions of rank `rank`'s stream
+    (every position gets one; compute actions use those of `what` = "spread", SENDs those of
+    "transfer", and the rank's compute the first of "rank"), all 1 for an empty `spread`. Seeded by (what, draw, rank) alone, so the
+    engine and any independent replay draw the same."""
+    if not spread:
+        return [1.0] * count
+    rng = random.Random(f"bubblescope-{what}:{draw}:{rank}")
+    return rng.choices(spread, k=count)
 
 
 def _per_stage(name: str, value, num_stages: int, chunks: int) -> list[float] | None:

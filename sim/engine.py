@@ -20,6 +20,12 @@ Semantics (times are integer nanoseconds, so results are exact and deterministic
   kind of its rank's previous compute action costs ``switch_forward`` (F) or
   ``switch_backward`` (B, I, W) more.
 
+With a duration spread (sim.costs) the program is replayed once per draw, each compute
+action's time (switch cost included) multiplied by its factor of `spread_factors` and
+rounded to the nanosecond (times the rank's factor of the draw with a rank spread;
+likewise each SEND's transfer time with a transfer spread),
+and the draw with the median makespan is the result.
+
 Activation memory of a stage is allocated when its F starts and freed when its B ends
 (with split backward: partly when I ends, the rest when W ends; see sim.costs).
 
@@ -37,7 +43,7 @@ from schedules import Action, Kind, Program, Schedule, ScheduleError, lower
 from schedules.analysis import switches
 from schedules.ir import Direction, transfer_count
 
-from .costs import CostModel, ResolvedCosts
+from .costs import CostModel, ResolvedCosts, spread_factors
 from .result import RankRecord, SimResult
 
 # Opcodes of the compiled streams (plain ints keep the hot loop cheap).
@@ -73,9 +79,11 @@ def simulate(schedule_or_program: Schedule | Program, costs: CostModel) -> SimRe
     else:
         raise TypeError(f"simulate() takes a Schedule or a Program, not {type(schedule_or_program).__name__}")
     resolved = costs.for_schedule(program.schedule)
-    records = replay(
-        compile_program(program, resolved), resolved.contention, resolved.send_overhead, resolved.recv_overhead,
-    )
+    compiled = compile_program(program, resolved)
+    if resolved.draws > 1 or resolved.spread or resolved.transfer_spread or resolved.rank_spread:
+        records = median_draw(compiled, resolved)
+    else:
+        records = replay(compiled, resolved.contention, resolved.send_overhead, resolved.recv_overhead)
     _check_finished(program, records)
     return SimResult.from_records(program, costs, resolved, records)
 
@@ -140,6 +148,34 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
                 append((_RECV, first + mb))
         ops.append(tuple(row))
     return Compiled(tuple(ops), transfer_count(n, m), p * p)
+
+
+def spread_draw(compiled: Compiled, costs: ResolvedCosts, draw: int) -> Compiled:
+    """`compiled` with each compute op's time and each SEND's transfer time scaled by its
+    factor of draw `draw` (sim.costs.spread_factors)."""
+    ops = []
+    for rank, row in enumerate(compiled.ops):
+        compute = spread_factors(costs.spread, draw, rank, len(row))
+        transfer = spread_factors(costs.transfer_spread, draw, rank, len(row), "transfer")
+        shared = spread_factors(costs.rank_spread, draw, rank, 1, "rank")[0]
+        ops.append(tuple(
+            (_COMPUTE, round(op[1] * (f * shared)), op[2], op[3]) if op[0] == _COMPUTE
+            else (_SEND, op[1], round(op[2] * t), op[3]) if op[0] == _SEND else op
+            for op, f, t in zip(row, compute, transfer)
+        ))
+    return Compiled(tuple(ops), compiled.num_transfers, compiled.num_links)
+
+
+def median_draw(compiled: Compiled, costs: ResolvedCosts) -> list[RankRecord]:
+    """Replay every draw of the spread; the records of the draw with the median makespan
+    (lower median, ties by draw number)."""
+    draws = []
+    for draw in range(costs.draws):
+        records = replay(spread_draw(compiled, costs, draw), costs.contention, costs.send_overhead,
+                         costs.recv_overhead)
+        draws.append((max((r.times[-1] for r in records if r.times), default=0), draw, records))
+    draws.sort(key=lambda x: (x[0], x[1]))
+    return draws[(len(draws) - 1) // 2][2]
 
 
 def replay(compiled: Compiled, contention: bool, send_overhead: int = 0, recv_overhead: int = 0) -> list[RankRecord]:

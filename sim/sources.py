@@ -17,18 +17,24 @@ from pathlib import Path
 from schedules.io import read_json
 
 from .calibration import Calibration, calibrate, is_calibration
-from .costs import CostError, CostModel, CostSource
+from .costs import DEFAULT_ACTIVATION_MEMORY, CostError, CostModel, CostSource
 from .measured import MeasuredRun
 
-# Used when neither a flag nor --costs gives a value: F = 1 s, I = 2 s, W = 0 (B = 3 s).
-DEFAULT_COSTS = CostModel(forward=1.0, backward_input=2.0, backward_weight=0.0)
+# Used when neither a flag nor --costs gives a value: a transformer-like split, F = I = W = 1 s
+# (B = I + W = 2 s). A transformer layer's backward costs about twice its forward, split about
+# evenly between the input gradient and the weight gradient (each a GEMM of the forward's size;
+# Qi et al., ICLR 2024, take T_F ~ T_B ~ T_W), so that the zero-bubble schedules, which move W
+# into the bubbles, show what they are for with no flags given.
+DEFAULT_COSTS = CostModel(forward=1.0, backward_input=1.0, backward_weight=1.0)
 
 
 @dataclass(frozen=True)
 class CostOverrides:
     """Values the cost flags set, each replacing the same value of a base cost model (None, or
     False for `no_contention`: not given). `backward` and `weight` are I and W (a full B is
-    then I + W); `comm_bytes` is the bytes crossing every stage boundary both ways."""
+    then I + W); `comm_bytes` is the bytes crossing every stage boundary both ways;
+    `activation_bytes` one microbatch's activations through one rank's share (M_B), of which
+    `weight_memory_fraction` stays from I until W (M_W / M_B)."""
 
     forward: float | None = None
     backward: float | None = None
@@ -37,6 +43,8 @@ class CostOverrides:
     comm_bandwidth: float | None = None
     comm_bytes: float | None = None
     no_contention: bool = False
+    activation_bytes: float | None = None
+    weight_memory_fraction: float | None = None
 
     def given(self) -> list[str]:
         """The flags given, as typed on the command line (e.g. ['--forward', '--no-contention'])."""
@@ -63,6 +71,11 @@ class CostOverrides:
             changes["p2p_gradient_bytes"] = None
         if self.no_contention:
             changes["link_contention"] = False
+        if self.activation_bytes is not None:
+            changes["activation_memory"] = self.activation_bytes
+        if self.weight_memory_fraction is not None:
+            changes["weight_memory_fraction"] = self.weight_memory_fraction
+            changes["weight_memory"] = None  # the fraction given replaces a file's bytes
         return dataclasses.replace(base, **changes) if changes else base
 
 
@@ -83,14 +96,32 @@ def cost_source(path: str | Path | None, overrides: CostOverrides = CostOverride
     with the overrides applied, or the calibration the file holds; CostError if flags would
     change a calibration (each schedule gets the cost model of its own stages from it)."""
     if path is None:
-        return overrides.apply(DEFAULT_COSTS)
+        return _bandwidth_used(overrides.apply(DEFAULT_COSTS), overrides)
     data, calibrated = _read(path)
     if not calibrated:
-        return overrides.apply(CostModel.from_dict(data))
+        return _bandwidth_used(overrides.apply(CostModel.from_dict(data)), overrides)
     given = overrides.given()
     if given:
         raise CostError(f"{path} is a calibration: its costs are not overridden by {', '.join(given)}")
     return Calibration.from_dict(data, str(path))
+
+
+def real_activation_bytes(costs: CostSource) -> bool:
+    """Whether activation bytes are sizes someone gave (a cost model's activation_memory other
+    than the 1 GiB placeholder, or a calibration's measured bytes): only then are byte counts
+    meaningful; otherwise only ratios to one microbatch's activations are."""
+    return not isinstance(costs, CostModel) or costs.activation_memory != DEFAULT_ACTIVATION_MEMORY
+
+
+def _bandwidth_used(model: CostModel, overrides: CostOverrides) -> CostModel:
+    """`model`, or CostError when --comm-bandwidth was given but no byte crosses a stage boundary
+    (a bandwidth then changes nothing: refused rather than silently ignored)."""
+    if overrides.comm_bandwidth is None:
+        return model
+    sizes = [model.p2p_activation_bytes, model.p2p_gradient_bytes]
+    if not any(isinstance(x, tuple) and any(x) or isinstance(x, (int, float)) and x for x in sizes):
+        raise CostError("--comm-bandwidth has no effect: no bytes cross a stage boundary (give --comm-bytes)")
+    return model
 
 
 def costs_for_run(path: str | Path | None, run: MeasuredRun) -> tuple[CostModel, str]:

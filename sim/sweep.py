@@ -27,7 +27,8 @@ AUTO = "zb-auto"
 # One row per configuration; every column is a scalar so the table reads back from CSV as is.
 TABLE_COLUMNS: tuple[str, ...] = (
     "schedule", "ranks", "microbatches", "chunks", "makespan", "time_per_microbatch", "bubble_ratio",
-    "bubble_ratio_rank_span", "bubble_fraction", "peak_activation", "peak_activation_bytes", "actions",
+    "bubble_ratio_rank_span", "bubble_fraction", "peak_activation", "peak_microbatches", "peak_activation_bytes",
+    "actions",
 )
 
 
@@ -78,9 +79,22 @@ def build(config: Config, costs: CostSource | None = None, memory_limit: float |
 
 def row(schedule: Schedule, costs: CostModel) -> dict:
     """One table row: SimResult.summary() of one simulation of `schedule`, plus the number of
-    lowered actions."""
+    lowered actions and `peak_microbatches` (see `peak_microbatches`)."""
     result = simulate(schedule, costs)
-    return {**result.summary(), "actions": result.program.num_actions}
+    own = peak_microbatches(result)
+    return {**result.summary(), "peak_microbatches": max(own), "peak_microbatches_per_rank": own,
+            "actions": result.program.num_actions}
+
+
+def peak_microbatches(result: SimResult) -> list[float]:
+    """Per rank, its peak activation bytes over the bytes one microbatch leaves on that rank's own
+    stages: how many microbatches' activations it holds at once (GPipe: m on every rank, 1F1B:
+    min(p-r, m)), whatever the stages weigh. `peak_activation` divides by the mean rank's share
+    instead, which a rank holding heavier stages (an embedding, an LM head) exceeds."""
+    own = [0] * result.ranks
+    for stage, size in enumerate(result.resolved.memory):
+        own[result.program.schedule.stage_to_rank[stage]] += size
+    return [peak / size if size else 0.0 for peak, size in zip(result.peak_bytes, own)]
 
 
 def table(records: Iterable[dict]) -> pd.DataFrame:
@@ -95,8 +109,20 @@ def simulate_all(
     memory_limit: float | None = None,
 ) -> tuple[pd.DataFrame, list[tuple[Config, str]]]:
     """Simulate every configuration; returns the table and the (config, reason) pairs skipped
-    because the schedule cannot run at those sizes, or because a calibration cannot cut its
-    model into that many stages. A cost model that does not fit a schedule (CostError) is
+    (see `simulate_records`)."""
+    records, skipped = simulate_records(configs, costs, progress, memory_limit)
+    return table(records), skipped
+
+
+def simulate_records(
+    configs: Iterable[Config],
+    costs: CostSource,
+    progress: Callable[[Iterable[Config]], Iterable[Config]] = lambda it: it,
+    memory_limit: float | None = None,
+) -> tuple[list[dict], list[tuple[Config, str]]]:
+    """Simulate every configuration; returns one `row` each and the (config, reason) pairs
+    skipped because the schedule cannot run at those sizes, or because a calibration cannot cut
+    its model into that many stages. A cost model that does not fit a schedule (CostError) is
     not skipped: it propagates. `memory_limit` caps zb-auto (see build)."""
     records, skipped = [], []
     for config in progress(configs):
@@ -107,7 +133,7 @@ def simulate_all(
             skipped.append((config, str(exc)))
             continue
         records.append(row(schedule, model))
-    return table(records), skipped
+    return records, skipped
 
 
 def simulate_each(names: Sequence[str], ranks: int, microbatches: int, chunks: int | None,

@@ -29,7 +29,7 @@ from schedules import ScheduleError
 from schedules.timeline import TIMELINE_COLUMNS
 from sim import CostError, CostModel, simulate
 from schedules.stages import balanced_layers, role_of
-from sim.calibration import Calibration, calibrate
+from sim.calibration import Calibration, calibrate, transfer_time
 from sim.__main__ import main
 from sim.comparison import compare_run
 from sim.measured import read_measured
@@ -75,8 +75,13 @@ def true_costs(num_stages: int) -> CostModel:
     )
 
 
-def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profile: bool = False) -> float:
-    """A synthetic run directory of `name` at p=2; returns its (true) step time."""
+def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profile: bool = False,
+              profile_slowdown: float = 1.0, skew: tuple[float, ...] = ()) -> float:
+    """A synthetic run directory of `name` at p=2; returns its (true) step time.
+
+    `profile_slowdown` multiplies the profile's stage-call times (the profile runs outside the
+    steps, e.g. on a machine busy otherwise); `skew[k]` is added to rank 1's times in step k
+    (its clock, started at its own barrier exit, is that much behind rank 0's)."""
     schedule = schedules.build(name, ranks=2, microbatches=m, chunks=chunks)
     program = schedules.lower(schedule)
     n = schedule.num_stages
@@ -87,6 +92,9 @@ def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profil
     one.loc[compute, "end"] -= DISPATCH  # the row ends before the executor's loop gap
     one["source"] = "measured"
     timeline = [one.assign(step=k) for k in range(steps)]
+    for k, offset in enumerate(skew):
+        late = timeline[k]["rank"] == 1
+        timeline[k].loc[late, ["start", "end"]] += offset
     import pandas as pd
 
     pd.concat(timeline)[list(TIMELINE_COLUMNS)].to_csv(path / "timeline.csv", index=False)
@@ -113,7 +121,8 @@ def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profil
         records = [
             {"rank": rank, "role": role, "layers": k,
              # The profile alternates F and B of one stage: every call switches.
-             **{kind: [stage_value(FIXED, kind, role, k) + SWITCH[kind]] * 3 for kind in ("F", "B")},
+             **{kind: [(stage_value(FIXED, kind, role, k) + SWITCH[kind]) * profile_slowdown] * 3
+                for kind in ("F", "B")},
              "activation_bytes": ACT_FIXED[role] + k * ACT_PER_LAYER}
             for rank in (0, 1) for role in ("first", "middle", "last") for k in (1, 2, 4)
         ]
@@ -166,6 +175,38 @@ def test_replay_of_the_calibration_run_is_exact(calibration_run):
     busy = sum(result.busy) - computes * DISPATCH
     assert comparison.bubble_ratio_measured == pytest.approx(1 - busy / (2 * comparison.makespan_measured), rel=1e-9)
     assert comparison.bubble_ratio_simulated == pytest.approx(result.bubble_ratio, rel=1e-12)
+
+
+def test_a_profile_slower_than_the_run_is_scaled_to_the_run(tmp_path):
+    """The profile's level is the profile's machine state, not the run's: with every profile
+    call 25% slower, the speed ratio must be exactly 1/1.25 and the fitted costs the run's."""
+    write_run(tmp_path / "calib", "1f1b", 8, profile=True, profile_slowdown=1.25)
+    c = calibrate(read_measured(tmp_path / "calib"))
+    for kind in ("F", "B"):
+        assert c.speed_ratio[kind] == pytest.approx(1 / 1.25, rel=1e-12)
+        assert c.compute[kind].per_layer == pytest.approx(PER_LAYER[kind], rel=1e-9)
+        for role, value in FIXED[kind].items():
+            assert c.compute[kind].fixed[role] == pytest.approx(value + SWITCH[kind], rel=1e-6, abs=1e-12)
+    truth = write_run(tmp_path / "held-out", "interleaved", 8, chunks=2)
+    schedule = schedules.build("interleaved", ranks=2, microbatches=8, chunks=2)
+    assert simulate(schedule, c.cost_model(schedule.num_stages)).step_time == pytest.approx(truth, rel=1e-12)
+
+
+def test_transfer_time_is_recovered_under_skewed_rank_clocks(tmp_path):
+    """Each rank's clock starts at its own barrier exit: rank 1's clock is off by a different
+    amount in every step, either way, by more than a transfer takes. The offset must be taken
+    out with the right sign for the in-run transfer time to come back exactly."""
+    skew = (3_000_000 * NS, -1_700_000 * NS, 260_000 * NS)  # a transfer takes 400 us
+    write_run(tmp_path / "skewed", "1f1b", 8, profile=True, skew=skew)
+    write_run(tmp_path / "aligned", "1f1b", 8, profile=True)
+    skewed, aligned = read_measured(tmp_path / "skewed"), read_measured(tmp_path / "aligned")
+    assert transfer_time(aligned) == pytest.approx(LATENCY + BOUNDARY / BANDWIDTH, abs=1e-12)
+    assert transfer_time(skewed) == pytest.approx(LATENCY + BOUNDARY / BANDWIDTH, abs=1e-12)
+    c = calibrate(skewed)
+    assert c.p2p_latency == pytest.approx(LATENCY, abs=1e-12)
+    assert c.p2p_bandwidth == pytest.approx(BANDWIDTH, rel=1e-9)
+    # Gaps within a rank do not see another rank's clock.
+    assert (c.dispatch_overhead, c.send_overhead, c.recv_overhead) == pytest.approx((DISPATCH, SEND, RECV), abs=1e-12)
 
 
 @pytest.mark.parametrize("name,m,chunks", [("gpipe", 4, None), ("1f1b", 16, None), ("interleaved", 8, 2),

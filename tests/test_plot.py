@@ -177,16 +177,69 @@ def test_memory_figure_shares_axes_across_schedules():
 
 
 def test_overlay_reports_signed_makespan_error():
-    measured = measured_steps(4, 8, [1.3, 1.1, 1.0, 1.2])  # lower median: step 1 (x1.1)
+    measured = measured_steps(4, 8, [1.3, 1.1, 1.0, 1.2])
     simulated = gpipe_timeline(4, 8)
+    # Default: the median step, each action's median start and end. Every time of step k is
+    # the GPipe closed form times its factor, so the median step is the closed form times the
+    # median factor, (1.1 + 1.2) / 2 = 1.15: makespan 33 x 1.15 = 37.95 s.
     fig = plot_overlay(measured, simulated, name="gpipe")
     title = fig.axes[0].get_title()
-    error = (33.0 - 33.0 * 1.1) / (33.0 * 1.1)
-    assert "step 1" in title and f"error {100 * error:+.1f}%" in title and "36.3 s" in title
+    error = (33.0 - 33.0 * 1.15) / (33.0 * 1.15)
+    assert "median of 4 steps" in title and f"error {100 * error:+.1f}%" in title and "37.95 s" in title
     [measured_boxes, simulated_boxes] = box_collections(fig.axes[0])
     assert len(measured_boxes.get_paths()) == len(simulated_boxes.get_paths()) == 2 * 4 * 8
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "measured makespan" in legend and "simulated makespan" in legend
+    assert not any("half" in text for text in legend)
+    fig = plot_overlay(measured, simulated, step=1)
+    error = (33.0 - 33.0 * 1.1) / (33.0 * 1.1)
+    assert "step 1" in fig.axes[0].get_title() and f"error {100 * error:+.1f}%" in fig.axes[0].get_title()
     fig = plot_overlay(measured, simulated, step=2)
     assert "error +0.0%" in fig.axes[0].get_title()
+    # Leaving out the first step (x1.3): the median of 1.1, 1.0, 1.2 is 1.1.
+    fig = plot_overlay(measured, simulated, warmup=1)
+    assert "median of 3 steps" in fig.axes[0].get_title() and "36.3 s" in fig.axes[0].get_title()
+
+
+def test_steps_back_to_back_and_median_step_closed_forms():
+    from sim.plot.figure import median_step, steps_back_to_back
+
+    factors = [3.0, 1.0, 2.0]
+    measured = measured_steps(2, 3, factors)
+    one = gpipe_timeline(2, 3)  # makespan (m + p - 1)(f + b) = 12
+    kept, joined, _ = steps_back_to_back(measured, None)
+    assert kept == 3 and set(joined["step"]) == {0}
+    assert joined["end"].max() == pytest.approx(12 * sum(factors))
+    # Step 2 (x2) starts after steps 0 and 1: offset 12 x (3 + 1).
+    second = joined.iloc[2 * len(one):]
+    assert second["start"].min() == pytest.approx(48.0)
+    kept, median = median_step(measured)
+    assert kept == 3 and median["end"].max() == pytest.approx(12 * 2.0)
+
+
+def test_comparison_memory_panels_share_one_scale():
+    """GPipe holds m = 8 microbatches, 1F1B p = 4: on one scale 1F1B's panel tops out at half."""
+    results = {name: simulate(schedules.build(name, ranks=4, microbatches=8), CostModel(forward=1.0, backward_input=2.0))
+               for name in ("gpipe", "1f1b")}
+    fig = plot_compare({n: r.timeline for n, r in results.items()}, memories={n: r.memory for n, r in results.items()},
+                       unit_bytes={n: r.activation_unit_bytes for n, r in results.items()})
+    memory_axes = [fig.axes[1], fig.axes[3]]
+    assert memory_axes[0].get_ylim() == memory_axes[1].get_ylim()
+    assert memory_axes[0].get_ylim()[1] > 8
+
+
+def test_narrow_boxes_keep_their_microbatch_numbers():
+    """Interleaved v = 2 at p = 4, m = 8 among seven schedules: every one of its 4 x 2 x 8 x 2
+    compute boxes (half a rank share wide) carries its number, in a smaller font."""
+    from sim.plot.gantt import MIN_LABEL_FONT_PT
+
+    costs = CostModel(forward=1.0, backward_input=1.0, backward_weight=1.0)
+    names = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "looped-bfs")
+    results = {n: simulate(schedules.build_for(n, 4, 8, 2), costs) for n in names}
+    fig = plot_compare({n: r.timeline for n, r in results.items()})
+    panel = fig.axes[names.index("interleaved")]
+    sizes = [t.get_fontsize() for t in panel.texts]
+    assert len(sizes) == 4 * 2 * 8 * 2 and min(sizes) >= MIN_LABEL_FONT_PT
 
 
 def test_tables_missing_columns_are_refused():

@@ -63,6 +63,43 @@ def test_compare_with_memory_and_cost_flags(tmp_path):
     assert png.read_bytes()[:8] == PNG_MAGIC
 
 
+def _slices(trace: Path) -> dict[str, set[float]]:
+    """Durations (microseconds) of the trace's slices, by kind."""
+    out: dict[str, set[float]] = {}
+    for e in json.loads(trace.read_text())["traceEvents"]:
+        if e["ph"] == "X":
+            out.setdefault(e["cat"], set()).add(round(e["dur"], 6))
+    return out
+
+
+def test_cost_flags_and_cost_files_set_what_is_plotted(tmp_path, capsys):
+    """Each cost flag reaches the picture: the traced slices last what the flags say (zero
+    bubble, so F, I and W each show), a cost file gives the same, and the default differs."""
+    base = ["plot", "--schedule", "zb-h1", "--ranks", "2", "--microbatches", "2"]
+    flags = ["--forward", "0.5", "--backward", "3", "--weight", "1.5", "--comm-latency", "0.25"]
+    assert main([*base, "-o", str(tmp_path / "a.png"), "--trace", str(tmp_path / "a.json"), *flags]) == 0
+    slices = _slices(tmp_path / "a.json")
+    assert (slices["F"], slices["I"], slices["W"]) == ({0.5e6}, {3e6}, {1.5e6})
+    assert slices["SEND_F"] == slices["SEND_B"] == {0.25e6}
+    from sim import CostModel
+
+    CostModel(forward=0.5, backward_input=3, backward_weight=1.5, p2p_latency=0.25).to_json(tmp_path / "c.json")
+    assert main([*base, "-o", str(tmp_path / "b.png"), "--trace", str(tmp_path / "b.json"),
+                 "--costs", str(tmp_path / "c.json")]) == 0
+    assert _slices(tmp_path / "b.json") == slices
+    assert (tmp_path / "b.png").read_bytes() == (tmp_path / "a.png").read_bytes()
+    assert main([*base, "-o", str(tmp_path / "d.png"), "--trace", str(tmp_path / "d.json")]) == 0
+    default = _slices(tmp_path / "d.json")
+    assert (default["F"], default["I"], default["W"]) == ({1e6}, {2e6}, {0.0})
+    assert (tmp_path / "d.png").read_bytes() != (tmp_path / "a.png").read_bytes()
+    # --compare has no trace: the image itself must change with a flag.
+    panels = ["plot", "--compare", "gpipe,1f1b"]
+    assert main([*panels, "-o", str(tmp_path / "e.png")]) == 0
+    assert main([*panels, "-o", str(tmp_path / "f.png"), "--forward", "3"]) == 0
+    assert (tmp_path / "e.png").read_bytes() != (tmp_path / "f.png").read_bytes()
+    capsys.readouterr()
+
+
 def test_measured_run_plots_overlays_and_traces_the_median_step(tmp_path):
     run = make_run(tmp_path / "run")
     png, trace = tmp_path / "run.png", tmp_path / "run.json"
@@ -120,7 +157,7 @@ def test_bad_arguments_are_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         main(["plot", "-o", png])  # no source: argparse's own error
     assert stop.value.code == 2
-    assert "one of the arguments --schedule --compare --run is required" in capsys.readouterr().err
+    assert "one of the arguments --schedule --compare --run --sweep is required" in capsys.readouterr().err
 
 
 def test_figures_regenerates_every_readme_figure(tmp_path, capsys):
@@ -148,3 +185,70 @@ def test_python_dash_m_sim_plot_runs_headless(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "t.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_output_is_written_exactly_where_asked(tmp_path, capsys):
+    """-o names the file: no extension gives a PNG at that very path (matplotlib alone would add
+    ".png"), an extension picks the format, an unknown one is refused before drawing."""
+    bare = tmp_path / "timeline"
+    assert main(["plot", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "2", "-o", str(bare)]) == 0
+    assert capsys.readouterr().out.split() == [str(bare)]
+    assert bare.read_bytes()[:8] == PNG_MAGIC and not (tmp_path / "timeline.png").exists()
+    svg = tmp_path / "timeline.SVG"
+    assert main(["plot", "--schedule", "1f1b", "--ranks", "2", "--microbatches", "2", "-o", str(svg)]) == 0
+    assert capsys.readouterr().out.split() == [str(svg)]
+    assert b"<svg" in svg.read_bytes()[:400]
+    fails(capsys, ["plot", "--schedule", "1f1b", "-o", str(tmp_path / "x.nope")], "unknown image format .nope")
+    assert not (tmp_path / "x.nope").exists()
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--overlay", "--memory"], "--overlay draws compute only: drop --memory"),
+    (["--overlay", "--comm"], "--overlay draws compute only: drop --comm"),
+    (["--forward", "2"], "--forward only cost the simulation that --overlay draws"),
+    (["--ranks", "4"], "a run is drawn at its own sizes: drop --ranks"),
+])
+def test_options_a_run_plot_would_ignore_are_refused(tmp_path, capsys, extra, message):
+    run = make_run(tmp_path / "run")
+    fails(capsys, ["plot", "--run", str(run), "-o", str(tmp_path / "x.png"), *extra], message)
+
+
+def test_trace_counters_are_units_without_sizes_and_bytes_with_them(tmp_path, capsys):
+    """GPipe's ranks each hold all m microbatches at the peak: m units, or m x the bytes given."""
+    png, trace = tmp_path / "g.png", tmp_path / "g.json"
+    base = ["plot", "--schedule", "gpipe", "--ranks", "2", "--microbatches", "3", "-o", str(png), "--trace", str(trace)]
+    assert main(base) == 0
+    counters = [e["args"] for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "C"]
+    assert max(a["microbatch units"] for a in counters) == 3 and not any("bytes" in a for a in counters)
+    assert main([*base, "--activation-bytes", "500"]) == 0
+    counters = [e["args"] for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "C"]
+    assert max(a["bytes"] for a in counters) == 3 * 500
+
+
+def test_sweep_table_is_drawn_and_its_options_checked(tmp_path, capsys):
+    table = tmp_path / "sweep.csv"
+    assert main(["sweep", "--schedules", "1f1b,interleaved", "--ranks", "2", "--microbatches", "2,4",
+                 "--chunks", "2", "--out", str(table), "--no-progress"]) == 0
+    png = tmp_path / "sweep.png"
+    capsys.readouterr()
+    assert main(["plot", "--sweep", str(table), "-o", str(png)]) == 0
+    assert capsys.readouterr().out.split() == [str(png)] and png.read_bytes()[:8] == PNG_MAGIC
+    fails(capsys, ["plot", "--sweep", str(table), "-o", str(png), "--ranks", "4"], "--sweep draws the table as it is")
+    not_a_sweep = tmp_path / "other.csv"
+    not_a_sweep.write_text("a,b\n1,2\n")
+    fails(capsys, ["plot", "--sweep", str(not_a_sweep), "-o", str(png)], "not a sweep table")
+
+
+def test_a_run_drawn_with_every_step_and_the_overlay_of_the_median_step(tmp_path, capsys):
+    run = make_run(tmp_path / "run")  # 3 GPipe steps, p=2, m=3, costs x9, x1, x2
+    png, trace = tmp_path / "all.png", tmp_path / "all.json"
+    assert main(["plot", "--run", str(run), "--step", "all", "-o", str(png), "--trace", str(trace)]) == 0
+    events = json.loads(trace.read_text())["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X" and e["cat"] in ("F", "B")]
+    assert len(slices) == 3 * 2 * 3 * 2  # every step: steps x ranks x microbatches x (F, B)
+    # Back to back: the last B ends after all three makespans, (m + p - 1)(f + b) x (9 + 1 + 2).
+    assert max(e["ts"] + e["dur"] for e in slices) == pytest.approx(4 * 3.0 * 12 * 1e6)
+    fails(capsys, ["plot", "--run", str(run), "--step", "all", "--overlay", "-o", str(png)], "--overlay compares one step")
+    with pytest.raises(SystemExit) as stop:  # argparse's own error
+        main(["plot", "--run", str(run), "--step", "x", "-o", str(png)])
+    assert stop.value.code == 2 and "expected a step number or 'all'" in capsys.readouterr().err

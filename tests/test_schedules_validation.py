@@ -91,6 +91,39 @@ def test_program_with_early_receive_is_fine_but_a_late_one_deadlocks():
     s1.remove(recv)
     s1.insert(0, recv)  # posted early, as torch's lowering does: still deadlock-free
     validate(Program(program.schedule, (program.streams[0], tuple(s1))))
+    # Posted too early, before this rank's own sends that the peer needs first: deadlock.
+    s0 = list(program.streams[0])
+    late = Action.parse("0RECV_B1")
+    s0.remove(late)
+    s0.insert(0, late)
+    with pytest.raises(ScheduleError) as info:
+        validate(Program(program.schedule, (tuple(s0), program.streams[1])))
+    message = str(info.value)
+    assert message.startswith("[deadlock] rank 0: 0RECV_B1 can never complete")
+    assert "rank 0: blocked at 0RECV_B1 (action 0 of 8), waiting for 1SEND_B1 from rank 1" in message
+    assert "rank 1: blocked at 1RECV_F0 (action 0 of 8), waiting for 0SEND_F0 from rank 0" in message
+
+
+def test_program_with_late_send_is_fine_until_it_passes_the_receive_that_waits_on_it():
+    """The send side of the deadlock check: a SEND may come later than its compute, but not
+    after a RECV that can only complete once the peer got it."""
+    program = lower(base())  # rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1
+    send = Action.parse("0SEND_F1")
+
+    def moved_after(anchor: str) -> Program:
+        s0 = list(program.streams[0])
+        s0.remove(send)
+        s0.insert(s0.index(Action.parse(anchor)) + 1, send)
+        return Program(program.schedule, (tuple(s0), program.streams[1]))
+
+    validate(moved_after("0RECV_B0"))  # rank 1 returns gradient 0 before it needs forward 1
+    validate(moved_after("0B0"))
+    with pytest.raises(ScheduleError) as info:
+        validate(moved_after("0RECV_B1"))  # gradient 1 needs forward 1, which now waits for it
+    message = str(info.value)
+    assert message.startswith("[deadlock]")
+    assert "rank 0: blocked at 0RECV_B1 (action 5 of 8), waiting for 1SEND_B1 from rank 1" in message
+    assert "rank 1: blocked at 1RECV_F1 (action 4 of 8), waiting for 0SEND_F1 from rank 0" in message
 
 
 SCHEDULE_PARAMS = st.one_of(

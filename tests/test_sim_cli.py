@@ -45,8 +45,12 @@ def test_module_entry_point_runs_compare_with_no_arguments() -> None:
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
-    assert lines[0].split()[:4] == ["schedule", "ranks", "microbatches", "chunks"]
-    assert [line.split()[0] for line in lines[1:]] == legal_at(4, 8, 2)
+    # The defaults are said first, then the table, then which memory numbers are bytes.
+    assert lines[0].startswith("p=4 ranks, m=8 microbatches, v=2")
+    assert "F = 1 s, I = 1 s, W = 1 s" in lines[1] and "defaults" in lines[1]
+    assert lines[2].split()[:4] == ["schedule", "ranks", "microbatches", "chunks"]
+    assert [line.split()[0] for line in lines[3:-1]] == legal_at(4, 8, 2)
+    assert lines[-1].startswith("memory: ")
 
 
 def test_compare_json(capsys) -> None:
@@ -60,7 +64,7 @@ def test_compare_json(capsys) -> None:
         assert record["peak_activation"] == max(record["peak_activation_per_rank"])
         assert len(record["peak_activation_per_rank"]) == 4
     by_name = {r["schedule"]: r for r in records}
-    # Default costs F = 1, B = 2: closed forms of the schedules issue 3 names.
+    # Default costs F = I = W = 1 (fused B = 2): closed forms of the schedules issue 3 names.
     assert by_name["1f1b"]["bubble_ratio"] == pytest.approx(3 / 11, rel=1e-12)
     assert by_name["1f1b"]["makespan"] == pytest.approx(11 * 3.0)
     assert by_name["1f1b"]["peak_activation_per_rank"] == [4, 3, 2, 1]
@@ -98,11 +102,54 @@ def test_compare_chunks_apply_to_schedules_that_take_them(capsys) -> None:
     assert [r["chunks"] for r in json.loads(out)] == [1, 4]
 
 
+def test_default_costs_show_what_the_zero_bubble_schedules_are_for(capsys) -> None:
+    """Defaults F = I = W = 1 (a transformer's backward, twice the forward, split evenly), p = 4,
+    m = 8: 1F1B and GPipe take (m + p - 1)(F + I + W) = 33; ZB-H1 fills W into 1F1B's bubble,
+    leaving (p - 1)(F + I - W) per rank (Qi et al. 2024, Sec. 2.2), so m(F + I + W) + 3 = 27;
+    ZB-H2's rank spans hold no bubble, (p - 1)(F + I - 2W) = 0; ZB-V beats 1F1B at 1F1B's memory."""
+    code, out, _ = run_cli(capsys, "compare", "--json")
+    assert code == 0
+    by_name = {r["schedule"]: r for r in json.loads(out)}
+    p, m, f, i, w = 4, 8, 1.0, 1.0, 1.0
+    assert by_name["1f1b"]["makespan"] == pytest.approx((m + p - 1) * (f + i + w))
+    assert by_name["gpipe"]["makespan"] == pytest.approx((m + p - 1) * (f + i + w))
+    assert by_name["zb-h1"]["makespan"] == pytest.approx(m * (f + i + w) + (p - 1) * (f + i - w))
+    assert by_name["zb-h1"]["makespan"] < by_name["1f1b"]["makespan"]
+    assert by_name["zb-h1"]["peak_activation"] == by_name["1f1b"]["peak_activation"] == p
+    assert by_name["zb-h2"]["bubble_ratio_rank_span"] == 0
+    assert by_name["zb-h2"]["makespan"] <= by_name["zb-h1"]["makespan"]
+    assert by_name["zbv"]["makespan"] < by_name["zb-h1"]["makespan"]
+    assert by_name["zbv"]["peak_activation"] == p
+
+
+def test_compare_text_headers_carry_units(capsys) -> None:
+    _, out, _ = run_cli(capsys, "compare", "--schedules", "1f1b", "--forward", "0.001", "--backward", "0.002",
+                        "--weight", "0")
+    header = out.splitlines()[2]
+    # Costs in seconds, a makespan of (8 + 3) x 3 ms = 33 ms: printed in ms.
+    for column in ("makespan [ms]", "per_microbatch [ms]", "bubble_ratio [%]", "rank_span_bubble [%]",
+                   "peak_act [microbatches]"):
+        assert column in header
+    row = out.splitlines()[3].split()
+    assert row[0] == "1f1b" and float(row[4]) == pytest.approx(33.0) and float(row[6]) == pytest.approx(300 / 11, abs=0.01)
+    # No byte sizes given: no byte column, and the memory line says so.
+    assert "GiB" not in header and "no bytes" in out.splitlines()[-1]
+
+
 def test_compare_skips_illegal_schedules_by_default(capsys) -> None:
     code, out, err = run_cli(capsys, "compare", "--json", "--microbatches", "5")
     assert code == 0
     assert [r["schedule"] for r in json.loads(out)] == legal_at(4, 5, 2)
     assert "skipping interleaved (p=4, m=5, v=2)" in err
+
+
+def test_compare_skips_a_named_schedule_that_cannot_run_and_fails_only_when_none_is_left(capsys) -> None:
+    code, out, err = run_cli(capsys, "compare", "--json", "--schedules", "interleaved,1f1b", "--microbatches", "5")
+    assert code == 0
+    assert [r["schedule"] for r in json.loads(out)] == ["1f1b"]
+    assert "skipping interleaved (p=4, m=5, v=2)" in err and "cannot run m=5" in err
+    code, _, err = run_cli(capsys, "compare", "--schedules", "interleaved", "--microbatches", "5")
+    assert code == 2 and "no schedule can run at these sizes" in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize(
@@ -117,6 +164,8 @@ def test_compare_skips_illegal_schedules_by_default(capsys) -> None:
         (["compare", "--json", "--csv"], "not allowed with"),
         (["sweep", "--microbatches", "4,x"], "expected a positive integer"),
         (["sweep", "--out", "table.txt"], "--out must end in .csv or .json"),
+        (["compare", "--comm-bandwidth", "1e9"], "--comm-bandwidth has no effect: no bytes cross"),
+        (["sweep", "--comm-bandwidth", "1e9"], "--comm-bandwidth has no effect: no bytes cross"),
         (["nonsense"], "invalid choice"),
         ([], "required"),
     ],
@@ -159,3 +208,41 @@ def test_sweep_json_and_stdout(capsys, tmp_path) -> None:
     assert code == 0 and err == ""
     table = pd.read_csv(io.StringIO(stdout))
     assert table["bubble_ratio"].item() == pytest.approx(3 / 11, rel=1e-12)
+
+
+def test_activation_bytes_and_weight_memory_fraction_flags(capsys) -> None:
+    """--activation-bytes A: 1F1B's rank 0 holds p microbatches, GPipe's m (closed forms), so the
+    byte column reads p A and m A, and the output says these are real bytes."""
+    mib = 2**20
+    code, out, _ = run_cli(capsys, "compare", "--schedules", "gpipe,1f1b", "--activation-bytes", str(mib))
+    assert code == 0
+    lines = out.splitlines()
+    assert "activations 1 MiB per microbatch and rank share" in lines[1]
+    assert "peak_act [microbatches]  peak_act [MiB]" in lines[2]
+    assert [float(line.split()[9]) for line in lines[3:5]] == [8.0, 4.0]
+    assert lines[-1].startswith("memory: peak_act [MiB] is real bytes")
+    _, out, _ = run_cli(capsys, "compare", "--json", "--schedules", "zb-h1", "--activation-bytes", "1000")
+    without = json.loads(out)[0]
+    _, out, _ = run_cli(capsys, "compare", "--json", "--schedules", "zb-h1", "--activation-bytes", "1000",
+                        "--weight-memory-fraction", "1")
+    kept = json.loads(out)[0]
+    # W keeping every byte until it runs holds each microbatch from F to W instead of F to I:
+    # ZB-H1 defers W, so the peak can only grow, and it stays a whole number of microbatches.
+    assert without["peak_activation_bytes"] == 4000
+    assert kept["peak_activation_bytes"] >= 4000 and kept["peak_activation_bytes"] % 1000 == 0
+    code, _, err = run_cli(capsys, "compare", "--weight-memory-fraction", "2")
+    assert code == 2 and "weight_memory_fraction must be within 0..1" in err
+
+
+def test_compare_marks_the_best_rows_and_sorts(capsys) -> None:
+    """GPipe and 1F1B share the makespan (m + p - 1)(F + B) but 1F1B holds p microbatches where
+    GPipe holds m: both are best by makespan, only 1F1B by memory; --sort memory puts it first."""
+    _, out, _ = run_cli(capsys, "compare", "--schedules", "gpipe,1f1b")
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[3:5]}
+    assert out.splitlines()[2].split()[-1] == "best"
+    assert rows["gpipe"][-1] == "makespan" and rows["1f1b"][-1] == "makespan+memory"
+    _, out, _ = run_cli(capsys, "compare", "--json", "--schedules", "gpipe,1f1b", "--sort", "memory")
+    assert [r["schedule"] for r in json.loads(out)] == ["1f1b", "gpipe"]
+    _, out, _ = run_cli(capsys, "compare", "--json", "--sort", "makespan")
+    makespans = [r["makespan"] for r in json.loads(out)]
+    assert makespans == sorted(makespans) and makespans[0] == pytest.approx(25.5)  # zbv, the README table's best

@@ -16,6 +16,7 @@ edge in the same graph, so the oracle checks it too, on a further set of random 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import defaultdict, deque
 
@@ -128,14 +129,15 @@ def durations(costs: CostModel, action: Action) -> int:
     return ns(costs.backward_input) + ns(costs.backward_weight)
 
 
-def own_time(costs: CostModel, action: Action, previous: Action | None) -> int:
+def own_time(costs: CostModel, action: Action, previous: Action | None, factor: float = 1.0) -> int:
     """Least time an action occupies its rank: compute time (plus the switch cost unless it
-    repeats the stage and kind of `previous`, the rank's previous compute action), or the
-    SEND/RECV overhead."""
+    repeats the stage and kind of `previous`, the rank's previous compute action; times
+    `factor`, a spread draw's), or the SEND/RECV overhead."""
     if action.kind.is_compute:
         repeats = previous is not None and (previous.stage, previous.kind) == (action.stage, action.kind)
         switch = costs.switch_forward if action.kind is Kind.F else costs.switch_backward
-        return durations(costs, action) + (0 if repeats else round(switch * NS))
+        own = durations(costs, action) + (0 if repeats else round(switch * NS))
+        return own if factor == 1.0 else round(own * factor)
     return round((costs.send_overhead if action.kind.is_send else costs.recv_overhead) * NS)
 
 
@@ -147,7 +149,7 @@ def transfer_ns(costs: CostModel, send: Action) -> int:
     return round(costs.p2p_latency * NS) + round(sizes[boundary])  # one byte per ns
 
 
-def critical_path(program, costs: CostModel) -> dict[tuple[int, int], tuple[int, int]]:
+def critical_path(program, costs: CostModel, factors=None, transfer_factors=None) -> dict[tuple[int, int], tuple[int, int]]:
     """(rank, index) -> (start, end): longest paths over the program's dependency graph.
 
     Nodes: ('s', rank, i) and ('e', rank, i) per action, plus ('w', rank, i), the moment a
@@ -157,12 +159,18 @@ def critical_path(program, costs: CostModel) -> dict[tuple[int, int], tuple[int,
     SEND is when its rank moves on); s(SEND) -> w(SEND); w(SEND) ->
     e(RECV) weighted by the transfer time; with link contention also w(previous SEND on the
     same directed link) -> w(SEND), weighted by that previous transfer's time. A SEND's row
-    is its time on the wire.
+    is its time on the wire. `factors[rank][i]` (optional) scales compute action i of rank,
+    `transfer_factors[rank][i]` the transfer time of SEND i of rank.
     """
     s2r = program.schedule.stage_to_rank
     edges: dict[tuple, list[tuple[tuple, int]]] = defaultdict(list)
     nodes = []
     where = {}
+
+    def wire_ns(rank: int, i: int, action: Action) -> int:
+        ns = transfer_ns(costs, action)
+        return ns if transfer_factors is None else round(ns * transfer_factors[rank][i])
+
     last_on_link: dict[tuple[int, int], tuple[tuple, int]] = {}
     for rank, stream in enumerate(program.streams):
         last_compute = None
@@ -170,7 +178,8 @@ def critical_path(program, costs: CostModel) -> dict[tuple[int, int], tuple[int,
             start, end = ("s", rank, i), ("e", rank, i)
             nodes += [start, end]
             where[action] = (rank, i)
-            edges[start].append((end, own_time(costs, action, last_compute)))
+            factor = 1.0 if factors is None else factors[rank][i]
+            edges[start].append((end, own_time(costs, action, last_compute, factor)))
             if action.kind.is_compute:
                 last_compute = action
             if i > 0:
@@ -182,11 +191,11 @@ def critical_path(program, costs: CostModel) -> dict[tuple[int, int], tuple[int,
                 if costs.link_contention and link in last_on_link:
                     previous, busy = last_on_link[link]
                     edges[previous].append((wire, busy))
-                last_on_link[link] = (wire, transfer_ns(costs, action))
+                last_on_link[link] = (wire, wire_ns(rank, i, action))
     for action, (rank, i) in where.items():
         if action.kind.is_send:
             r2, i2 = where[action.matching()]
-            edges[("w", rank, i)].append((("e", r2, i2), transfer_ns(costs, action)))
+            edges[("w", rank, i)].append((("e", r2, i2), wire_ns(rank, i, action)))
     indegree = {node: 0 for node in nodes}
     for u in edges:
         for v, _ in edges[u]:
@@ -207,7 +216,7 @@ def critical_path(program, costs: CostModel) -> dict[tuple[int, int], tuple[int,
     for action, (rank, i) in where.items():
         if action.kind.is_send:
             wire = dist[("w", rank, i)]
-            out[(rank, i)] = (wire, wire + transfer_ns(costs, action))
+            out[(rank, i)] = (wire, wire + wire_ns(rank, i, action))
         else:
             out[(rank, i)] = (dist[("s", rank, i)], dist[("e", rank, i)])
     return out
@@ -294,6 +303,64 @@ def test_contention_matches_oracle(seed: int) -> None:
     rng = random.Random(20_000 + seed)
     schedule = random_schedule(rng) if seed % 2 else registered_schedule(rng)
     check_against_oracle(schedule, random_costs(rng, schedule, contention=True))
+
+
+def spread_oracle(program, costs: CostModel):
+    """The spread's result by the oracle: longest paths of every draw, with the factors drawn
+    here as the costs module documents them (random.Random seeded by draw and rank, choices
+    over the list; none for an empty list); the draw with the median makespan (lower median,
+    ties by draw)."""
+    def drawn(what: str, spread, draw: int):
+        if not spread:
+            return None
+        return [random.Random(f"bubblescope-{what}:{draw}:{rank}").choices(spread, k=len(stream))
+                for rank, stream in enumerate(program.streams)]
+
+    draws = []
+    for draw in range(costs.spread_draws):
+        factors = drawn("spread", costs.duration_spread, draw) or [[1.0] * len(s) for s in program.streams]
+        if costs.rank_spread:  # one factor per rank and draw, on top of each action's own
+            shared = [random.Random(f"bubblescope-rank:{draw}:{rank}").choices(costs.rank_spread, k=1)[0]
+                      for rank in range(len(program.streams))]
+            factors = [[f * shared[rank] for f in row] for rank, row in enumerate(factors)]
+        times = critical_path(program, costs, factors, drawn("transfer", costs.transfer_spread, draw))
+        draws.append((max(end for _, end in times.values()), draw, times))
+    draws.sort(key=lambda x: x[:2])
+    return draws[(len(draws) - 1) // 2][2]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_spread_matches_oracle(seed: int) -> None:
+    """With duration, transfer and/or rank spreads, the engine's result is the oracle's median draw, time for time."""
+    rng = random.Random(30_000 + seed)
+    schedule = random_schedule(rng) if seed % 2 else registered_schedule(rng)
+    base = random_costs(rng, schedule, contention=bool(seed % 3))
+    spread = tuple(rng.choice([0.5, 0.8, 1.0, 1.25, 1.7]) for _ in range(rng.randint(0, 6)))
+    transfer = tuple(rng.choice([0.3, 1.0, 2.5]) for _ in range(rng.randint(0 if spread else 1, 4)))
+    shared = tuple(rng.choice([0.9, 1.0, 1.6]) for _ in range(rng.randint(0, 3)))
+    costs = dataclasses.replace(base, duration_spread=spread, transfer_spread=transfer, rank_spread=shared,
+                                spread_draws=rng.randint(1, 7))
+    program = schedules.lower(schedule)
+    expected = spread_oracle(program, costs)
+    result = simulate(program, costs)
+    got = {
+        (int(r), int(i)): (round(s * NS), round(e * NS))
+        for r, group in result.timeline.groupby("rank", sort=True)
+        for i, (s, e) in enumerate(zip(group["start"], group["end"]))
+    }
+    assert got == expected
+    assert result.makespan_ns == max(end for _, end in expected.values())
+
+
+def test_spread_draws_differ_and_widen_the_makespan() -> None:
+    """A spread of 0.5 and 1.5 (mean 1) around 1F1B's costs: the median draw's makespan exceeds
+    the replay of the mean costs (a max over paths of noisy sums), and is reproducible."""
+    schedule = schedules.build("1f1b", ranks=4, microbatches=16)
+    base = CostModel(forward=1e-3, backward_full=2e-3)
+    noisy = dataclasses.replace(base, duration_spread=(0.5, 1.5), spread_draws=9)
+    plain, first, again = simulate(schedule, base), simulate(schedule, noisy), simulate(schedule, noisy)
+    assert first.makespan_ns == again.makespan_ns
+    assert first.makespan_ns > plain.makespan_ns
 
 
 def test_random_generator_covers_adjacent_stages_on_one_rank() -> None:

@@ -86,10 +86,10 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--forward", type=finite_float, metavar="S", help="forward time F (default 1)")
     group.add_argument(
         "--backward", type=finite_float, metavar="S",
-        help="input-gradient backward time I (default 2); a full backward B costs backward + weight "
+        help="input-gradient backward time I (default 1); a full backward B costs backward + weight "
         "(either flag replaces a file's backward_full)",
     )
-    group.add_argument("--weight", type=finite_float, metavar="S", help="weight-gradient time W (default 0)")
+    group.add_argument("--weight", type=finite_float, metavar="S", help="weight-gradient time W (default 1)")
     group.add_argument("--comm-latency", type=finite_float, metavar="S", help="seconds per point-to-point transfer (default 0)")
     group.add_argument(
         "--comm-bandwidth", type=float, metavar="BYTES_PER_S", help="bytes per second of a link (default unlimited); needs --comm-bytes",
@@ -98,6 +98,16 @@ def add_cost_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--no-contention", action="store_true", help="let transfers on one link overlap (default: one at a time)",
     )
+    group.add_argument(
+        "--activation-bytes", type=finite_float, metavar="BYTES",
+        help="bytes of one microbatch's activations through one rank's share (M_B; default: a 1 GiB placeholder, "
+        "so only microbatch counts mean anything); given, memory is reported in bytes",
+    )
+    group.add_argument(
+        "--weight-memory-fraction", type=finite_float, metavar="X",
+        help="share of those activations W still needs from I until W runs (M_W / M_B, 0..1; default 0; "
+        "a transformer layer keeps about 32/34, Qi et al. 2024)",
+    )
 
 
 def cost_overrides(args: argparse.Namespace) -> CostOverrides:
@@ -105,6 +115,7 @@ def cost_overrides(args: argparse.Namespace) -> CostOverrides:
     return CostOverrides(
         forward=args.forward, backward=args.backward, weight=args.weight, comm_latency=args.comm_latency,
         comm_bandwidth=args.comm_bandwidth, comm_bytes=args.comm_bytes, no_contention=args.no_contention,
+        activation_bytes=args.activation_bytes, weight_memory_fraction=args.weight_memory_fraction,
     )
 
 

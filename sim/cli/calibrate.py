@@ -1,4 +1,5 @@
-"""`python -m sim calibrate RUN_DIR -o costs.json`: fit the simulator's costs to a measured run."""
+"""`python -m sim calibrate RUN_DIR [RUN_DIR ...] -o costs.json`: fit the simulator's costs to
+measured runs and report how well the fit replays them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 
 from schedules import ScheduleError
 
-from ..calibration import calibrate
+from ..calibration import calibrate_runs
 from ..costs import CostError
 from ..measured import read_measured
 from .args import fail
@@ -18,13 +19,13 @@ from .args import fail
 class CalibrateOptions:
     """`sim calibrate` as typed values."""
 
-    run: str
+    runs: tuple[str, ...]
     output: str
     json: bool
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "CalibrateOptions":
-        return cls(run=args.run, output=args.output, json=args.json)
+        return cls(runs=tuple(args.runs), output=args.output, json=args.json)
 
 
 def add_parser(subparsers) -> None:
@@ -39,10 +40,15 @@ def add_parser(subparsers) -> None:
             "per-step overheads, point-to-point latency (in-run transfers) and bandwidth (ping-pong of "
             "--profile-p2p), and activation bytes per stage. The result predicts other schedules and "
             "microbatch counts of the same model at the same microbatch size: pass it as --costs to "
-            "python -m sim compare --measured. Every parameter is documented in sim/calibration.py."
+            "python -m sim compare --measured. Every parameter is documented in sim/calibration.py. "
+            "Several runs of the same model and microbatch size are fitted alone and averaged, so that "
+            "noise averages out. The report ends with each run's self-replay (measured vs simulated median "
+            "step time) and step-time spread (IQR / median), stored in the JSON as quality, and a warning "
+            "when either exceeds 3%."
         ),
     )
-    parser.add_argument("run", metavar="RUN_DIR", help="run directory (timeline.csv, program.json, summary.json, ...)")
+    parser.add_argument("runs", nargs="+", metavar="RUN_DIR",
+                        help="run directories (timeline.csv, program.json, summary.json, ...)")
     parser.add_argument("-o", "--output", default="costs.json", metavar="FILE.json",
                         help="calibration file to write (default costs.json)")
     parser.add_argument("--json", action="store_true", help="print the calibration as JSON instead of a summary")
@@ -53,7 +59,7 @@ def handle(args: argparse.Namespace) -> int:
     """Handle `sim calibrate`; returns the exit code."""
     options = CalibrateOptions.from_args(args)
     try:
-        calibration = calibrate(read_measured(options.run))
+        calibration = calibrate_runs([read_measured(run) for run in options.runs])
         calibration.to_json(options.output)
     except (ScheduleError, CostError) as exc:
         return fail("calibrate", str(exc))

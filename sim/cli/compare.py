@@ -8,22 +8,23 @@ import json
 import sys
 from dataclasses import dataclass
 
+
 import schedules
 from schedules import ScheduleError
 
 from .. import sweep
 from ..comparison import compare_run
-from ..costs import CostError
+from ..costs import CostError, CostModel, CostSource
 from ..measured import read_measured
-from ..sources import CostOverrides, cost_source, costs_for_run
+from ..plot.units import byte_unit, time_unit
+from ..sources import CostOverrides, cost_source, costs_for_run, real_activation_bytes
 from .args import (
     add_cost_arguments, add_memory_limit_argument, cost_overrides, fail, memory_limit_unused, names, positive_int,
 )
 
-TEXT_COLUMNS = (
-    "schedule", "ranks", "microbatches", "chunks", "makespan", "time_per_microbatch", "bubble_ratio",
-    "bubble_ratio_rank_span", "peak_activation",
-)
+# --sort keys: the record field each orders by, smallest first.
+SORT_KEYS = {"makespan": "makespan", "memory": "peak_activation_bytes", "bubble": "bubble_ratio",
+             "rank-span-bubble": "bubble_ratio_rank_span", "name": "schedule"}
 SIZE_FLAGS = ("schedules", "ranks", "microbatches", "chunks")
 
 
@@ -42,6 +43,7 @@ class CompareOptions:
     memory_limit: float | None
     json: bool
     csv: bool
+    sort: str | None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "CompareOptions":
@@ -49,7 +51,7 @@ class CompareOptions:
             schedules=None if args.schedules is None else tuple(args.schedules), ranks=args.ranks,
             microbatches=args.microbatches, chunks=args.chunks, measured=args.measured, overlay=args.overlay,
             costs=args.costs, overrides=cost_overrides(args), memory_limit=args.memory_limit, json=args.json,
-            csv=args.csv,
+            csv=args.csv, sort=args.sort,
         )
 
     def sizes_given(self) -> list[str]:
@@ -89,6 +91,11 @@ def add_parser(subparsers) -> None:
     )
     measured.add_argument("--overlay", metavar="FILE.png", help="with --measured: write the overlay timeline figure")
     add_cost_arguments(parser)
+    parser.add_argument(
+        "--sort", choices=tuple(SORT_KEYS), metavar="|".join(SORT_KEYS),
+        help="order the rows by this measure, best first (default: registration order); the text table "
+        "marks the best rows by makespan and by peak activation memory either way",
+    )
     output = parser.add_mutually_exclusive_group()
     output.add_argument(
         "--json", action="store_true",
@@ -122,29 +129,105 @@ def handle(args: argparse.Namespace) -> int:
         return _fail(refusal)
     try:
         costs = cost_source(options.costs, options.overrides)
-        records = []
-        for config in sweep.combinations(chosen, [ranks], [microbatches], [chunks]):
-            try:
-                schedule = sweep.build(config, costs, options.memory_limit)
-            except ScheduleError as exc:
-                if options.schedules:
-                    return _fail(f"{config}: {exc}")
-                print(f"sim compare: skipping {config}: {exc}", file=sys.stderr)
-                continue
-            records.append(sweep.row(schedule, costs.for_stages(schedule.num_stages)))
+        configs = sweep.combinations(chosen, [ranks], [microbatches], [chunks])
+        records, skipped = sweep.simulate_records(configs, costs, memory_limit=options.memory_limit)
     except (ScheduleError, CostError) as exc:
         return _fail(str(exc))
+    # One behaviour with sweep: a schedule that cannot run here is skipped with its reason, and
+    # only an empty table is an error.
     if not records:
-        return _fail("no schedule is legal at these sizes")
+        return _fail("no schedule can run at these sizes: " + "; ".join(f"{c}: {r}" for c, r in skipped))
+    for config, reason in skipped:
+        print(f"sim compare: skipping {config}: {reason}", file=sys.stderr)
+    if options.sort:
+        records.sort(key=lambda r: r[SORT_KEYS[options.sort]])  # stable: ties keep registration order
     if options.json:
         print(json.dumps(records, indent=2))
         return 0
-    table = sweep.table(records)
     if options.csv:
-        print(table.to_csv(index=False), end="")
-    else:
-        print(table[list(TEXT_COLUMNS)].to_string(index=False, float_format=lambda x: f"{x:.6g}"))
+        print(sweep.table(records).to_csv(index=False), end="")
+        return 0
+    print(f"p={ranks} ranks, m={microbatches} microbatches, v={chunks} stages per rank where a schedule takes v")
+    print(costs_line(costs, options))
+    print(text_table(records, real_activation_bytes(costs)))
     return 0
+
+
+def costs_line(costs: CostSource, options: CompareOptions) -> str:
+    """The costs a table was simulated with, saying when they are the defaults."""
+    text = costs.describe().removeprefix("costs: ")
+    if isinstance(costs, CostModel):
+        text += memory_phrase(costs)
+    if options.costs is None and not options.overrides.given():
+        text += " (defaults, transformer-like; set --forward, --backward, --weight or --costs)"
+    return text
+
+
+def memory_phrase(costs: CostModel) -> str:
+    """What a cost model says about activation memory, for the costs line ('' when nothing)."""
+    parts = []
+    if real_activation_bytes(costs) and isinstance(costs.activation_memory, (int, float)):
+        unit, divisor = byte_unit(costs.activation_memory)
+        parts.append(f"activations {costs.activation_memory / divisor:.4g} {unit} per microbatch and rank share")
+    if costs.weight_memory is None and costs.weight_memory_fraction:
+        parts.append(f"W keeps {costs.weight_memory_fraction:.0%} of them from I until W")
+    return "; " + ", ".join(parts) if parts else ""
+
+
+def text_table(records: list[dict], real_bytes: bool) -> str:
+    """The text table of `sim compare`: every header names its unit (time in s, ms or µs after
+    the longest makespan; bubbles in percent; peak activation in microbatches, and in bytes when
+    they are real), followed by a line saying which memory numbers are bytes."""
+    label, factor = time_unit(max(r["makespan"] for r in records))
+    columns = {
+        "schedule": [r["schedule"] for r in records],
+        "ranks": [r["ranks"] for r in records],
+        "microbatches": [r["microbatches"] for r in records],
+        "chunks": [r["chunks"] for r in records],
+        f"makespan [{label}]": [r["makespan"] * factor for r in records],
+        f"per_microbatch [{label}]": [r["time_per_microbatch"] * factor for r in records],
+        "bubble_ratio [%]": [100 * r["bubble_ratio"] for r in records],
+        "rank_span_bubble [%]": [100 * r["bubble_ratio_rank_span"] for r in records],
+        "peak_act [microbatches]": [r["peak_microbatches"] for r in records],
+    }
+    best_time, best_memory = best_rows(records, "makespan"), best_rows(records, "peak_activation_bytes")
+    formats = {f"makespan [{label}]": "{:.6g}", f"per_microbatch [{label}]": "{:.6g}", "bubble_ratio [%]": "{:.2f}",
+               "rank_span_bubble [%]": "{:.2f}", "peak_act [microbatches]": "{:.3g}"}
+    if real_bytes:
+        unit, divisor = byte_unit(max(r["peak_activation_bytes"] for r in records))
+        columns[f"peak_act [{unit}]"] = [r["peak_activation_bytes"] / divisor for r in records]
+        formats[f"peak_act [{unit}]"] = "{:.4g}"
+        memory = (f"memory: peak_act [{unit}] is real bytes (max over ranks); peak_act [microbatches] is a count "
+                  "(GPipe: m)")
+    else:
+        memory = ("memory: peak_act [microbatches] is a count (GPipe: m); no bytes: no activation size given "
+                  "(--activation-bytes)")
+    columns["best"] = ["+".join(what for what, rows in (("makespan", best_time), ("memory", best_memory)) if i in rows)
+                       for i in range(len(records))]
+    return aligned(columns, formats) + "\n" + memory
+
+
+def best_rows(records: list[dict], key: str) -> set[int]:
+    """Indices of the rows with the smallest `key` (ties within a relative 1e-9 all count): the
+    best by makespan, or by peak activation bytes (max over ranks; the same model's bytes in
+    every row, so the placeholder ranks schedules as real sizes would)."""
+    low = min(r[key] for r in records)
+    return {i for i, r in enumerate(records) if r[key] <= low * (1 + 1e-9)}
+
+
+def aligned(columns: dict[str, list], formats: dict[str, str]) -> str:
+    """A plain text table: text columns left-aligned, numbers right-aligned, two spaces apart."""
+    cells = {name: [formats.get(name, "{}").format(x) for x in values] for name, values in columns.items()}
+    widths = {name: max(len(name), *map(len, values)) for name, values in cells.items()}
+    lines = []
+    for i in range(-1, len(next(iter(cells.values())))):
+        parts = []
+        for name, values in cells.items():
+            text = name if i < 0 else values[i]
+            numeric = name in formats or isinstance(columns[name][0], int)
+            parts.append(text.rjust(widths[name]) if numeric else text.ljust(widths[name]))
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
 
 
 def compare_measured(options: CompareOptions) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from schedules import ScheduleError, build
@@ -11,7 +11,7 @@ from schedules import ScheduleError, build
 from .. import sweep
 from ..engine import simulate
 from ..measured import read_run
-from ..sources import CostOverrides, cost_source, run_costs
+from ..sources import CostOverrides, cost_source, real_activation_bytes, run_costs
 from .args import add_cost_arguments, cost_overrides, fail, one_line, positive_int
 
 
@@ -22,8 +22,9 @@ class PlotOptions:
     schedule: str | None
     compare: tuple[str, ...] | None
     run: str | None
-    ranks: int
-    microbatches: int
+    sweep: str | None
+    ranks: int | None
+    microbatches: int | None
     chunks: int | None
     output: Path
     memory: bool
@@ -31,7 +32,7 @@ class PlotOptions:
     comm: bool
     costs: str | None
     overrides: CostOverrides
-    step: int | None
+    step: int | str | None  # a step, "all", or None (the median)
     warmup: int
     overlay: bool
     dpi: int
@@ -45,11 +46,21 @@ class PlotOptions:
             if not compare:
                 raise ScheduleError("--compare needs at least one schedule name")
         return cls(
-            schedule=args.schedule, compare=compare, run=args.run, ranks=args.ranks, microbatches=args.microbatches,
+            schedule=args.schedule, compare=compare, run=args.run, sweep=args.sweep, ranks=args.ranks, microbatches=args.microbatches,
             chunks=args.chunks, output=Path(args.output), memory=args.memory,
             trace=Path(args.trace) if args.trace else None, comm=args.comm, costs=args.costs,
             overrides=cost_overrides(args), step=args.step, warmup=args.warmup, overlay=args.overlay, dpi=args.dpi,
         )
+
+
+def step_choice(text: str) -> int | str:
+    """argparse type of --step: a step number or 'all'."""
+    if text == "all":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a step number or 'all', got {text!r}") from None
 
 
 def add_parser(subparsers) -> None:
@@ -66,13 +77,21 @@ def add_parser(subparsers) -> None:
     source.add_argument("--schedule", help="schedule name to simulate and plot")
     source.add_argument("--compare", metavar="A,B,...", help="comma-separated schedules, one panel each")
     source.add_argument("--run", metavar="DIR", help="measured run directory (timeline.csv, memory.csv, ...)")
-    plot.add_argument("--ranks", type=positive_int, default=4, help="pipeline ranks p (default 4)")
-    plot.add_argument("--microbatches", type=positive_int, default=8, help="microbatches m (default 8)")
+    source.add_argument(
+        "--sweep", metavar="FILE",
+        help="a table of python -m sim sweep (.csv or .json): time per microbatch and bubble ratio against m, "
+        "one line per schedule, one column of panels per p",
+    )
+    plot.add_argument("--ranks", type=positive_int, help="pipeline ranks p (default 4)")
+    plot.add_argument("--microbatches", type=positive_int, help="microbatches m (default 8)")
     plot.add_argument(
         "--chunks", type=positive_int, default=None,
         help="stages per rank v for schedules that take it (default: the schedule's own, 2 for interleaved)",
     )
-    plot.add_argument("-o", "--output", required=True, metavar="PNG", help="image file to write")
+    plot.add_argument(
+        "-o", "--output", required=True, metavar="FILE",
+        help="image file to write, exactly this path; format from its extension (.png, .svg, .pdf, ...), PNG if none",
+    )
     plot.add_argument(
         "--memory", action="store_true",
         help="add activation-memory curves under the timeline (one panel per schedule with --compare)",
@@ -81,7 +100,11 @@ def add_parser(subparsers) -> None:
     plot.add_argument("--comm", action="store_true", help="draw sends and receive waits on thin lanes per rank")
     add_cost_arguments(plot)
     measured = plot.add_argument_group("measured runs")
-    measured.add_argument("--step", type=int, default=None, help="step to plot (default: the step of median makespan)")
+    measured.add_argument(
+        "--step", type=step_choice, default=None, metavar="N|all",
+        help="step to draw: N, or 'all' (every step back to back; not with --overlay); default: the step of "
+        "median makespan, and with --overlay each action's median start and end over the steps",
+    )
     measured.add_argument(
         "--warmup", type=int, default=0,
         help="leading recorded steps to leave out of the median (default 0: the executor does not "
@@ -106,10 +129,40 @@ def handle(args: argparse.Namespace) -> int:
     return 0
 
 
+def unused(options: PlotOptions) -> str | None:
+    """Why an option given would change nothing here (refused, never silently ignored), or None."""
+    if options.sweep is not None:
+        given = [f"--{n}" for n in ("ranks", "microbatches", "chunks", "trace") if getattr(options, n) is not None]
+        given += [f for f, on in (("--memory", options.memory), ("--comm", options.comm), ("--overlay", options.overlay),
+                                  ("--costs", options.costs)) if on] + options.overrides.given()
+        if given:
+            return f"--sweep draws the table as it is: drop {', '.join(given)}"
+    if options.run is not None:
+        sizes = [f"--{n}" for n in ("ranks", "microbatches", "chunks") if getattr(options, n) is not None]
+        if sizes:
+            return f"a run is drawn at its own sizes: drop {', '.join(sizes)}"
+        costs = options.overrides.given() + (["--costs"] if options.costs else [])
+        if costs and not options.overlay:
+            return f"{', '.join(costs)} only cost the simulation that --overlay draws beside the run"
+        if options.overlay and (options.memory or options.comm):
+            flags = " and ".join(f for f, on in (("--memory", options.memory), ("--comm", options.comm)) if on)
+            return f"--overlay draws compute only: drop {flags}, or plot the run without --overlay"
+    return None
+
+
 def draw(options: PlotOptions) -> list[Path]:
     """Draw what `options` ask for; returns the files written."""
+    refusal = unused(options)
+    if refusal:
+        raise ScheduleError(refusal)
+    from ..plot.figure import image_format
+
+    image_format(options.output)  # an unknown extension fails before any simulation
     if options.run is not None:
         return draw_run(options)
+    if options.sweep is not None:
+        return draw_sweep(options)
+    options = replace(options, ranks=options.ranks or 4, microbatches=options.microbatches or 8)
     if options.step is not None or options.warmup or options.overlay:
         raise ScheduleError("--step, --warmup and --overlay apply to a measured run (--run DIR)")
     if options.compare is not None and options.trace:
@@ -119,42 +172,73 @@ def draw(options: PlotOptions) -> list[Path]:
     from ..plot.trace import write_trace
 
     costs = cost_source(options.costs, options.overrides)
-    note = costs.describe() + (f"\n{MEMORY_UNIT_NOTE}" if options.memory else "")
+    # Memory in bytes when activation sizes were given, else in units of one microbatch's
+    # activations of one rank's share (the 1 GiB placeholder's bytes would mean nothing).
+    real = real_activation_bytes(costs)
+    note = costs.describe() + (f"\n{'memory: activation bytes' if real else MEMORY_UNIT_NOTE}" if options.memory else "")
+    label = None if real else MEMORY_UNIT_LABEL
     if options.compare is not None:
         results = sweep.simulate_each(options.compare, options.ranks, options.microbatches, options.chunks, costs)
         plot_compare(
             {name: r.timeline for name, r in results.items()},
             memories={name: r.memory for name, r in results.items()} if options.memory else None,
-            unit_bytes={name: r.activation_unit_bytes for name, r in results.items()},
-            unit_label=MEMORY_UNIT_LABEL, comm=options.comm, note=note, path=options.output, dpi=options.dpi,
+            unit_bytes=None if real else {name: r.activation_unit_bytes for name, r in results.items()},
+            unit_label=label, comm=options.comm, note=note, path=options.output, dpi=options.dpi,
         )
         return [options.output]
     # One named schedule: an explicit --chunks it cannot take is an error, not ignored.
     schedule = build(options.schedule, ranks=options.ranks, microbatches=options.microbatches, chunks=options.chunks)
     result = simulate(schedule, costs.for_stages(schedule.num_stages))
+    unit_bytes = None if real else result.activation_unit_bytes
     plot_timeline(result.timeline, result.memory if options.memory else None, name=options.schedule,
-                  comm=options.comm, unit_bytes=result.activation_unit_bytes, unit_label=MEMORY_UNIT_LABEL,
+                  comm=options.comm, unit_bytes=unit_bytes, unit_label=label,
                   note=note, path=options.output, dpi=options.dpi)
     if options.trace:
-        write_trace(options.trace, result.timeline, result.memory, name=options.schedule)
+        write_trace(options.trace, result.timeline, result.memory, name=options.schedule, unit_bytes=unit_bytes)
         return [options.output, options.trace]
+    return [options.output]
+
+
+def draw_sweep(options: PlotOptions) -> list[Path]:
+    """A sweep table's curves (sim.plot.sweep)."""
+    import pandas as pd
+
+    from ..plot.sweep import plot_sweep
+
+    path = Path(options.sweep)
+    if path.suffix not in (".csv", ".json"):
+        raise ScheduleError(f"--sweep reads a .csv or .json table of python -m sim sweep, got {options.sweep!r}")
+    try:
+        table = pd.read_csv(path) if path.suffix == ".csv" else pd.read_json(path)
+    except (OSError, ValueError) as exc:
+        raise ScheduleError(f"cannot read {options.sweep}: {one_line(exc)}") from None
+    plot_sweep(table, note=f"python -m sim sweep table {path.name}", path=options.output, dpi=options.dpi)
     return [options.output]
 
 
 def draw_run(options: PlotOptions) -> list[Path]:
     """A measured run's step, or (--overlay) the run beside the simulation of its own program."""
     from ..plot import plot_overlay, plot_timeline
+    from ..plot.figure import steps_back_to_back
     from ..plot.trace import write_trace
 
     run = read_run(options.run)
+    timeline, memory, step, name = run.timeline, run.memory, options.step, run.name
+    warmup = options.warmup
+    if step == "all":
+        if options.overlay:
+            raise ScheduleError("--overlay compares one step with the simulation: the median (default) or --step N")
+        kept, timeline, memory = steps_back_to_back(timeline, memory, warmup)
+        step, warmup, name = None, 0, f"{run.name}  ·  {kept} steps back to back"
     if options.overlay:
         simulated = simulate(run.program, run_costs(options.costs, options.overrides, run))
-        plot_overlay(run.timeline, simulated.timeline, name=run.name, step=options.step, warmup=options.warmup,
+        plot_overlay(timeline, simulated.timeline, name=name, step=step, warmup=warmup,
                      path=options.output, dpi=options.dpi)
     else:
-        plot_timeline(run.timeline, run.memory if options.memory else None, name=run.name, step=options.step,
-                      warmup=options.warmup, comm=options.comm, path=options.output, dpi=options.dpi)
+        plot_timeline(timeline, memory if options.memory else None, name=name, step=step,
+                      warmup=warmup, comm=options.comm, path=options.output, dpi=options.dpi,
+                      show_step=options.step != "all")
     if options.trace:
-        write_trace(options.trace, run.timeline, run.memory, step=options.step, warmup=options.warmup, name=run.name)
+        write_trace(options.trace, timeline, memory, step=step, warmup=warmup, name=name)
         return [options.output, options.trace]
     return [options.output]

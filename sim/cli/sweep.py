@@ -51,7 +51,10 @@ def add_parser(subparsers) -> None:
             "Simulate every combination of the given schedules, ranks, microbatches and chunks "
             "(chunks only vary schedules that take it) under one cost model (or a calibration, which cuts "
             "its model into each schedule's stages) and write one table, "
-            "one row per configuration, with the columns: " + ", ".join(sweep.TABLE_COLUMNS) + ". "
+            "one row per configuration, with the columns: " + ", ".join(sweep.TABLE_COLUMNS) + " (times in seconds, "
+            "bubbles as fractions of 1, peak_activation in microbatches of the mean rank's share, "
+            "peak_microbatches in microbatches of a rank's own stages, peak_activation_bytes in bytes; README "
+            "'Simulating' defines each). "
             "Combinations a schedule cannot run are skipped and counted on stderr. Read it back with "
             "pandas.read_csv (or pandas.read_json for --out FILE.json)."
         ),

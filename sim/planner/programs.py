@@ -2,10 +2,9 @@
 
 A search visits many configurations that share a pipeline shape (schedule, p, m, v): they
 differ in costs only (tensor parallel size, recomputation, ZeRO, ...). `ProgramCache`
-builds each shape it simulates once (schedules.build: generate and validate), lowers it once
-without validating again (as sim.sweep does), and derives two order-only facts from a
-schedule generator's output (generated once per shape; validation, the expensive part, is
-left to the shapes that fit in memory and get simulated):
+generates each shape once; it checks and lowers (schedules.lower: rules, lowering and the
+deadlock check, once) only the shapes that fit in memory and get simulated, and derives two
+order-only facts from the generator's output:
 
 - the stage-to-rank placement (from a small build: placement depends on p and v only);
 - the *occupancy* of each rank: after each forward (the only action that allocates), how
@@ -27,7 +26,6 @@ import numpy as np
 
 import schedules
 from schedules import Kind, Program, Schedule
-from schedules.lowering import insert_comms
 
 
 @dataclass(frozen=True)
@@ -60,6 +58,7 @@ class ProgramCache:
         self.capacity = capacity
         self._programs: OrderedDict[Shape, Program] = OrderedDict()
         self._occupancy: dict[Shape, Occupancy] = {}
+        self._generated: OrderedDict[Shape, Schedule] = OrderedDict()  # the last few, unchecked
         self._placements: dict[tuple[str, int, int], tuple[int, ...]] = {}
         self._refused: dict[Shape, str] = {}
         self.builds = 0
@@ -73,11 +72,10 @@ class ProgramCache:
         if program is not None:
             self._programs.move_to_end(shape)
             return program
+        schedule = self._generated.pop(shape, None) or self._generate(shape)
         start = time.perf_counter()
         try:
-            built = schedules.build(shape.schedule, ranks=shape.ranks, microbatches=shape.microbatches,
-                                    chunks=_chunks_argument(shape.schedule, shape.chunks))
-            program = insert_comms(built)  # validated by build; lowered without validating again
+            program = schedules.lower(schedule)  # checks the generator's output once, lowers it once
         except schedules.ScheduleError as exc:
             self._refused[shape] = str(exc)
             raise
@@ -88,6 +86,18 @@ class ProgramCache:
         if len(self._programs) > self.capacity:
             self._programs.popitem(last=False)
         return program
+
+    def _generate(self, shape: Shape) -> Schedule:
+        """The generator's unchecked output for `shape`; ScheduleError (remembered) if it refuses."""
+        gen = schedules.generator(shape.schedule)
+        start = time.perf_counter()
+        try:
+            return gen.make(shape.ranks, shape.microbatches, gen.resolve_chunks(_chunks_argument(shape.schedule, shape.chunks)))
+        except schedules.ScheduleError as exc:
+            self._refused[shape] = str(exc)
+            raise
+        finally:
+            self.build_seconds += time.perf_counter() - start
 
     def placement(self, name: str, ranks: int, chunks: int) -> tuple[int, ...]:
         """stage_to_rank of schedule `name` at p ranks and v chunks (from a build at m = 2p)."""
@@ -108,16 +118,10 @@ class ProgramCache:
             if program is not None:
                 schedule = program.schedule
             else:
-                gen = schedules.generator(shape.schedule)
-                start = time.perf_counter()
-                try:
-                    schedule = gen.make(shape.ranks, shape.microbatches,
-                                        gen.resolve_chunks(_chunks_argument(shape.schedule, shape.chunks)))
-                except schedules.ScheduleError as exc:
-                    self._refused[shape] = str(exc)
-                    raise
-                finally:
-                    self.build_seconds += time.perf_counter() - start
+                # Kept for program(): a shape whose occupancy fits is lowered right after.
+                schedule = self._generated[shape] = self._generate(shape)
+                if len(self._generated) > 4:
+                    self._generated.popitem(last=False)
             self._occupancy[shape] = _occupancy(schedule)
         return self._occupancy[shape]
 

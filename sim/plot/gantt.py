@@ -21,6 +21,7 @@ from .style import (
 )
 
 LABEL_FONT_PT = 6.5
+MIN_LABEL_FONT_PT = 4.0
 MAX_LABELS = 2000  # beyond this many labels the boxes are too small to read anyway
 LAYOUT_SHRINK = 0.85  # constrained layout narrows the axes after we measure it
 
@@ -135,13 +136,16 @@ def draw_compute(
     micro = compute["microbatch"].to_numpy()
     shown = faces * alpha + (1.0 - alpha)  # what a translucent box looks like on the light lane
     digits = np.floor(np.log10(np.maximum(micro, 1))).astype(int) + 1
-    fits = np.flatnonzero(widths_pt >= LABEL_FONT_PT * (0.62 * digits + 0.5))
+    # A narrow box (a chunk of an interleaved or V schedule) gets a smaller font rather than no
+    # number: down to MIN_LABEL_FONT_PT, below which digits stop being legible.
+    sizes = np.minimum(LABEL_FONT_PT, widths_pt / (0.62 * digits + 0.3))
+    fits = np.flatnonzero(sizes >= MIN_LABEL_FONT_PT)
     if fits.size > MAX_LABELS:
         return 0
     for i in fits:
         ax.text(
             (x0[i] + x1[i]) / 2, (y0[i] + y1[i]) / 2, str(micro[i]), ha="center", va="center",
-            fontsize=LABEL_FONT_PT, color=text_colour(shown[i]), zorder=3, clip_on=True,
+            fontsize=round(float(sizes[i]), 1), color=text_colour(shown[i]), zorder=3, clip_on=True,
         )
     return int(fits.size)
 

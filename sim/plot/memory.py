@@ -44,6 +44,9 @@ def plot_memory(
     fig = Figure(figsize=(WIDTH_IN, 1.5 * len(memories) + 1.0), layout="constrained")
     axes = fig.subplots(len(memories), 1, sharex=True, sharey=True, squeeze=False)[:, 0]
     top, ranks = 0.0, 1
+    if unit_bytes is None:  # one byte unit for every panel (they share the memory axis)
+        unit_label, common = memory_unit(pd.concat(list(memories.values())), None, None)
+        unit_bytes = {label: common for label in memories}
     for ax, (label, memory) in zip(axes, memories.items()):
         step, _ = chosen[label]
         summary = summaries[label]
@@ -58,11 +61,7 @@ def plot_memory(
         if ax is not axes[-1]:
             ax.set_xlabel("")
     axes[0].set_ylim(0.0, (top if top > 0 else 1.0) * 1.25)
-    if unit_bytes is not None:
-        label = unit_label or "panel units"
-    else:
-        label = memory_unit(pd.concat(list(memories.values())), None, None)[0]
-    fig.supylabel(f"activations held ({label})", fontsize=9)
+    fig.supylabel(f"activations held ({unit_label or 'panel units'})", fontsize=9)
     if note:
         fig.suptitle(note, fontsize=9)
     if ranks <= 8:

@@ -9,14 +9,16 @@ from schedules import ScheduleError, available, build_for
 
 from ..costs import CostModel
 from ..engine import simulate
+from ..sources import DEFAULT_COSTS
 from .memory import plot_memory
 from .style import MEMORY_UNIT_LABEL, MEMORY_UNIT_NOTE
 from .timeline import plot_compare, plot_timeline
 
 RANKS, MICROBATCHES, CHUNKS = 4, 8, 2
 # Split backward with I = W = F: each of F, I, W is one GEMM-sized pass, the zero-bubble
-# paper's T_F ~ T_B ~ T_W (Qi et al., ICLR 2024); a fused B costs I + W.
-SPLIT_COSTS = CostModel(forward=1.0, backward_input=1.0, backward_weight=1.0)
+# paper's T_F ~ T_B ~ T_W (Qi et al., ICLR 2024); a fused B costs I + W. These are the
+# command line's defaults (sim.sources), so the figures show what `sim compare` prints.
+SPLIT_COSTS = DEFAULT_COSTS
 # W needs the layer inputs it multiplies by the output gradient, so it keeps most of a
 # microbatch's activations until it runs: M_W / M_B = 32 / 34 for a transformer layer
 # (Qi et al. 2024, Table 1, leaving out the attention-score term).

@@ -12,8 +12,11 @@ from schedules import ScheduleError
 from ..metrics import one_step, step_summary
 from .figure import WIDTH_IN, panel_title, rows_height, save, step_of
 from .gantt import add_legend, draw_gantt, legend_handles
-from .curves import draw_memory, rank_handles
+from .curves import draw_memory, memory_unit, rank_handles
 from .units import time_unit
+
+
+MAX_HEIGHT_IN = 16.0  # a comparison's height cap: 2400 px at 150 dpi
 
 
 def plot_timeline(
@@ -29,8 +32,11 @@ def plot_timeline(
     note: str | None = None,
     path=None,
     dpi: int = 150,
+    show_step: bool = True,
 ) -> Figure:
-    """Gantt chart of one step (and its memory curves under it when `memory` is given)."""
+    """Gantt chart of one step (and its memory curves under it when `memory` is given); a
+    measured step's number is in the title unless `show_step` is False (steps laid back to
+    back as one, sim.plot.figure.steps_back_to_back)."""
     chosen, frame = step_of(timeline, step, warmup, "timeline")
     summary = step_summary(frame)
     unit, scale = time_unit(summary.makespan)
@@ -41,7 +47,7 @@ def plot_timeline(
     fig = Figure(figsize=(WIDTH_IN, sum(heights) + 1.0), layout="constrained")
     axes = fig.subplots(len(heights), 1, sharex=True, gridspec_kw={"height_ratios": heights}, squeeze=False)[:, 0]
     draw_gantt(axes[0], frame, ranks=summary.ranks, chunks=summary.chunks, xmax=xmax, unit=unit, scale=scale, comm=comm)
-    measured_step = chosen if frame["source"].eq("measured").any() else None
+    measured_step = chosen if show_step and frame["source"].eq("measured").any() else None
     title = panel_title(name, summary, measured_step)
     if note:  # the headline on top, the details under it
         fig.suptitle(title, fontsize=10)
@@ -89,10 +95,17 @@ def plot_compare(
         heights.append(rows_height(summary.ranks, per_row) + (0.3 if comm else 0.0))
         if memories is not None:
             heights.append(1.3)
-    fig = Figure(figsize=(WIDTH_IN, sum(heights) + 0.35 * len(heights) + 1.2), layout="constrained")
+    # Many panels (every schedule, each with memory) shrink together to stay within MAX_HEIGHT_IN.
+    spacing = 0.35 * len(heights) + 1.2
+    heights = [h * min(1.0, (MAX_HEIGHT_IN - spacing) / sum(heights)) for h in heights]
+    fig = Figure(figsize=(WIDTH_IN, sum(heights) + spacing), layout="constrained")
     axes = list(fig.subplots(len(heights), 1, sharex=True, gridspec_kw={"height_ratios": heights}, squeeze=False)[:, 0])
     kinds: set[str] = set()
     chunks = 1
+    memory_axes, top = [], 0.0
+    if memories is not None and unit_bytes is None:  # one byte unit for every panel, as they share a scale
+        common_label, common = memory_unit(pd.concat([memories[k] for k in timelines if k in memories]), None, None)
+        unit_bytes, unit_label = {k: common for k in timelines}, common_label
     for label, (step, frame) in chosen.items():
         summary = summaries[label]
         ax = axes.pop(0)
@@ -106,12 +119,18 @@ def plot_compare(
             if label not in memories:
                 raise ScheduleError(f"no memory table for {label!r}")
             ax = axes.pop(0)
-            draw_memory(
+            _, peak = draw_memory(
                 ax, one_step(memories[label], step), ranks=summary.ranks, xmax=span * scale, scale=scale,
-                unit=unit, unit_bytes=None if unit_bytes is None else unit_bytes[label], unit_label=unit_label,
-                legend=False,
+                unit=unit, unit_bytes=unit_bytes[label], unit_label=unit_label, legend=False, ylabel=False,
             )
+            # Inside the panel: a y label beside a short panel would run into the rank labels.
+            ax.text(0.0, 1.0, f"activations ({unit_label})", transform=ax.transAxes, fontsize=7, va="bottom",
+                    color="#444444")
             ax.set_xlabel("")
+            memory_axes.append(ax)
+            top = max(top, peak)
+    for ax in memory_axes:  # one memory scale: schedules compare at a glance
+        ax.set_ylim(0.0, (top if top > 0 else 1.0) * 1.18)
     fig.axes[-1].set_xlabel(f"time ({unit})")
     if note:
         fig.suptitle(note, fontsize=9)

@@ -37,6 +37,7 @@ from ..metrics import one_step, select_step
 # Thread id = category base + lane index; tid 0 is avoided (Perfetto reserves it for idle).
 THREADS = (("compute", 1, COMPUTE_NAMES), ("send", 1001, SEND_NAMES), ("recv wait", 2001, RECV_NAMES))
 MEMORY_COUNTER = "activation memory"
+UNIT_ARG = "microbatch units"  # the counter's series without real bytes (see to_trace)
 
 
 def _ns(seconds: np.ndarray) -> np.ndarray:
@@ -86,8 +87,12 @@ def to_trace(
     step: int | None = None,
     warmup: int = 0,
     name: str = "",
+    unit_bytes: float | None = None,
 ) -> dict:
-    """The trace of one step (`step`, else the median-makespan step after `warmup`) as a dict."""
+    """The trace of one step (`step`, else the median-makespan step after `warmup`) as a dict.
+
+    Memory counters are in bytes, or with `unit_bytes` in units of that many bytes (a
+    simulation without real activation sizes: one microbatch's activations of one rank's share)."""
     check_timeline(timeline)
     chosen = select_step(timeline, step, warmup)
     frame = one_step(timeline, chosen).reset_index(drop=True)
@@ -117,7 +122,7 @@ def to_trace(
                 for i in members:
                     events.extend(_slice_events(columns, i, tid, start_ns[i], end_ns[i], flows))
     if memory is not None:
-        events.extend(_counter_events(one_step(memory, chosen)))
+        events.extend(_counter_events(one_step(memory, chosen), unit_bytes))
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
@@ -144,12 +149,15 @@ def _slice_events(columns, i, tid, start, end, flows) -> list[dict]:
     return out
 
 
-def _counter_events(step_memory: pd.DataFrame) -> list[dict]:
+def _counter_events(step_memory: pd.DataFrame, unit_bytes: float | None = None) -> list[dict]:
     rows = step_memory.sort_values(["rank", "time"], kind="stable")
     times = _ns(rows["time"])
+
+    def value(held) -> dict:
+        return {"bytes": int(held)} if unit_bytes is None else {UNIT_ARG: round(float(held) / unit_bytes, 6)}
+
     return [
-        {"ph": "C", "name": MEMORY_COUNTER, "pid": int(rank), "tid": THREADS[0][1], "ts": _us(t),
-         "args": {"bytes": int(held)}}
+        {"ph": "C", "name": MEMORY_COUNTER, "pid": int(rank), "tid": THREADS[0][1], "ts": _us(t), "args": value(held)}
         for rank, t, held in zip(rows["rank"], times, rows["bytes"])
     ]
 

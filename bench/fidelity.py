@@ -1,0 +1,300 @@
+"""Simulated vs measured at every size: calibrate on one run per shape, predict every other schedule.
+
+    python bench/fidelity.py --out runs/fidelity --figure figures/fidelity.png
+
+A shape group is (model, rows per microbatch, p). Each group's runs hold the lock file
+/work/wt/cpu.lock (fcntl, as ``flock`` does) from the first to the last, so that other users'
+locked runs of the shared machine do not land between them:
+
+1. in each round (below), two calibration runs with ``--profile-layers --profile-p2p`` at m = 2p: 1F1B (F and B) and
+   ZB-H1 (F, I and W), calibrated alone (``1f1b``) and together (``1f1b+zb-h1``,
+   `sim.calibration.calibrate_runs`); each calibration's self-replay error and the run's
+   step-time spread come from its quality report;
+2. every schedule of SCHEDULES at m = p and m = 4p, one run each (zb-auto is left out: its
+   program is planned from costs, so it is not one fixed program to predict; looped-bfs, to
+   keep the sweep short), predicted from
+   each calibration by simulating the run's own program (`Calibration.for_run`); for p = 4
+   also from the p = 2 group's 1F1B calibration of the same model and rows (4 ranks share 2
+   cores there, and the p = 2 calibration has not seen that).
+
+Every held-out case runs --rounds times, round-robin within its group (the calibration runs,
+then all cases, then all again), so that the machine's drift hits every case alike; each
+round's runs are predicted by that round's calibrations (the machine's speed drifts by 1.5x
+over minutes when others load it). Each run also records the share of the CPUs that other processes took while it ran
+(``load.json``; /proc/stat minus our children's CPU time). Measured value: the median over rounds of each run's
+median step time; predicted: the median over rounds of the predictions; spread: the runs' step-time interquartile range over the
+median (median over rounds); range: lowest to highest of the rounds' medians. Ordering: for each
+group and m, every pair of schedules whose ranges do not overlap must be ordered by the
+prediction as measured. Writes OUT/results.csv,
+OUT/summary.json, the figure (predicted vs measured, from the 1F1B calibration), and prints
+markdown tables. ``--reuse`` reads runs that already exist; ``--groups`` picks groups by name
+(e.g. ``mlp-8-p2``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import itertools
+import json
+import os
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from sim import simulate  # noqa: E402
+from sim.calibration import calibrate, calibrate_runs  # noqa: E402
+from sim.costs import CostError  # noqa: E402
+from sim.measured import read_measured  # noqa: E402
+
+MODELS = {
+    "mlp": ["--model", "mlp", "--layers", "8", "--hidden", "512"],
+    "gpt": ["--model", "gpt", "--layers", "8", "--hidden", "128", "--heads", "4", "--seq-len", "64", "--vocab", "256"],
+}
+# (model, rows per microbatch, p), in the order they run.
+GROUPS = [("mlp", 8, 2), ("mlp", 256, 2), ("mlp", 2, 2), ("mlp", 64, 2), ("gpt", 8, 2), ("gpt", 1, 2),
+          ("mlp", 8, 4), ("mlp", 256, 4), ("gpt", 8, 4)]
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "dualpipev")
+CHUNKS = {"interleaved": 2}
+LOCK = "/work/wt/cpu.lock"
+
+
+def group_name(model: str, rows: int, p: int) -> str:
+    return f"{model}-{rows}-p{p}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_case(out: Path, model: str, rows: int, p: int, schedule: str, m: int, steps: int, warmup: int,
+             profile: bool, reuse: bool) -> Path:
+    """One executor run (under the CPU lock); returns its directory."""
+    if reuse and (out / "summary.json").is_file():
+        return out
+    if out.exists():
+        shutil.rmtree(out)  # a run cut short
+    out.parent.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(p),
+               "--master-port", str(free_port()), "-m", "runtime", "--schedule", schedule, "--microbatches", str(m),
+               *MODELS[model], "--batch-size", str(rows * m), "--steps", str(steps), "--warmup", str(warmup),
+               "--out", str(out)]
+    if schedule in CHUNKS:
+        command += ["--chunks", str(CHUNKS[schedule])]
+    if profile:
+        command += ["--profile-layers", "--profile-p2p"]
+    started, jiffies, ours = time.time(), cpu_jiffies(), children_cpu()
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
+    wall = time.time() - started
+    # CPU time others took while the run ran, as a share of the machine (/proc/stat minus our children)
+    others = max((cpu_jiffies() - jiffies) / os.sysconf("SC_CLK_TCK") - (children_cpu() - ours), 0.0) / (
+        wall * os.cpu_count())
+    (out / "load.json").write_text(json.dumps({"wall_seconds": wall, "others_cpu_share": others}) + "\n")
+    print(f"  {out.name}: {wall:.1f} s, others took {100 * others:.0f}% of the CPUs", file=sys.stderr, flush=True)
+    return out
+
+
+def cpu_jiffies() -> int:
+    """Busy jiffies of the whole machine (user + nice + system + irq + softirq + steal)."""
+    with open("/proc/stat") as f:
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in f.readline().split()[1:9])
+    return user + nice + system + irq + softirq + steal
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def others_share(run_dir: Path) -> float:
+    path = run_dir / "load.json"
+    return json.loads(path.read_text())["others_cpu_share"] if path.is_file() else float("nan")
+
+
+def spread(times) -> tuple[float, float, float]:
+    q1, mid, q3 = np.percentile(times, [25, 50, 75])
+    return float(q1), float(mid), float(q3)
+
+
+def predict(calibration, run) -> float:
+    try:
+        return simulate(run.program, calibration.for_run(run)).step_time
+    except CostError as exc:
+        print(f"  cannot predict {run.path}: {exc}", file=sys.stderr)
+        return float("nan")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default="runs/fidelity")
+    parser.add_argument("--figure", default=None)
+    parser.add_argument("--groups", nargs="*", default=None, help="group names to run (default all)")
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--calibration-steps", type=int, default=12)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--reuse", action="store_true")
+    args = parser.parse_args()
+    root = Path(args.out)
+    chosen = [g for g in GROUPS if args.groups is None or group_name(*g) in args.groups]
+    rows_out, calib_out = [], []
+    p2_calibrations = {}
+    began = time.time()
+    for model, rows, p in chosen:
+        name = group_name(model, rows, p)
+        print(f"{name} ({time.time() - began:.0f} s in)", file=sys.stderr, flush=True)
+        base = root / name
+        lock = open(LOCK, "a")
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        print(f"  lock taken ({time.time() - began:.0f} s in)", file=sys.stderr, flush=True)
+        cases = list(itertools.product(SCHEDULES, (p, 4 * p)))
+        measured = {case: [] for case in cases}
+        rounds = []  # per round: its calibrations
+        for k in range(args.rounds):
+            suffix = "" if k == 0 else f"-r{k}"
+            cal_runs = {s: read_measured(run_case(base / f"calibrate-{s}{suffix}", model, rows, p, s, 2 * p,
+                                                  args.calibration_steps, args.warmup, True, args.reuse))
+                        for s in ("1f1b", "zb-h1")}
+            rounds.append({"1f1b": calibrate(cal_runs["1f1b"]),
+                           "1f1b+zb-h1": calibrate_runs([cal_runs["1f1b"], cal_runs["zb-h1"]])})
+            for schedule, m in cases:
+                measured[(schedule, m)].append(read_measured(run_case(
+                    base / f"{schedule}-m{m}{suffix}", model, rows, p, schedule, m, args.steps, args.warmup, False,
+                    args.reuse)))
+        lock.close()  # releases the lock
+        if p == 2:
+            p2_calibrations[(model, rows)] = [c["1f1b"] for c in rounds]
+        for k, calibrations in enumerate(rounds):
+            for label, c in calibrations.items():
+                for entry in c.quality["runs"]:
+                    calib_out.append({"group": name, "round": k, "calibration": label, **entry})
+        for (schedule, m), runs in measured.items():
+            medians = [float(np.median(r.step_times)) for r in runs]
+            mid = float(np.median(medians))
+            spreads = [(q3 - q1) / q2 for q1, q2, q3 in (spread(r.step_times) for r in runs)]
+            row = {"group": name, "model": model, "rows": rows, "p": p, "schedule": schedule, "m": m,
+                   "measured_ms": mid * 1e3, "q1_ms": min(medians) * 1e3, "q3_ms": max(medians) * 1e3,
+                   "spread": float(np.median(spreads)), "rounds": len(runs),
+                   "others_cpu": float(np.nanmax([others_share(r.path) for r in runs]))}
+            for label in rounds[0]:
+                # each round's runs predicted by that round's calibration, then the median over rounds
+                predicted = float(np.median([predict(c[label], r) for c, r in zip(rounds, runs)]))
+                row[f"pred_{label}_ms"] = predicted * 1e3
+                row[f"err_{label}"] = predicted / mid - 1
+            if p == 4 and (model, rows) in p2_calibrations:
+                predicted = float(np.median([predict(c, r) for c, r in zip(p2_calibrations[(model, rows)], runs)]))
+                row["pred_p2_ms"], row["err_p2"] = predicted * 1e3, predicted / mid - 1
+            rows_out.append(row)
+        pd.DataFrame(rows_out).to_csv(root / "results.csv", index=False)
+        pd.DataFrame(calib_out).to_csv(root / "calibrations.csv", index=False)
+    table = pd.DataFrame(rows_out)
+    summary = summarize(table, pd.DataFrame(calib_out))
+    summary["seconds"] = time.time() - began
+    (root / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print_tables(table, pd.DataFrame(calib_out), summary)
+    if args.figure:
+        figure(table, args.figure)
+    return 0
+
+
+def summarize(table: pd.DataFrame, calib: pd.DataFrame) -> dict:
+    """MAPE per group and calibration, the largest error, and the ordering check."""
+    out = {"groups": {}}
+    labels = [c[len("err_"):] for c in table.columns if c.startswith("err_")]
+    for name, g in table.groupby("group", sort=False):
+        entry = {}
+        for label in labels:
+            err = g[f"err_{label}"].dropna()
+            if not len(err):
+                continue
+            worst = g.loc[err.abs().idxmax()]
+            entry[label] = {"mape": float(err.abs().mean()), "largest": float(err.loc[err.abs().idxmax()]),
+                            "largest_case": f"{worst['schedule']} m={worst['m']}",
+                            "ordering": ordering(g, f"pred_{label}_ms")}
+        entry["median_spread"] = float(g["spread"].median())
+        out["groups"][name] = entry
+    return out
+
+
+def ordering(g: pd.DataFrame, column: str) -> dict:
+    """Pairs (same m) whose rounds' ranges do not overlap, and how many the prediction orders so."""
+    pairs, agreed, missed = 0, 0, []
+    for _, h in g.groupby("m"):
+        for (_, a), (_, b) in itertools.combinations(h.iterrows(), 2):
+            if a["q3_ms"] < b["q1_ms"] or b["q3_ms"] < a["q1_ms"]:
+                pairs += 1
+                if (a["measured_ms"] < b["measured_ms"]) == (a[column] < b[column]):
+                    agreed += 1
+                else:
+                    missed.append(f"{a['schedule']}/{b['schedule']} m={a['m']}")
+    return {"pairs": pairs, "agreed": agreed, "missed": missed}
+
+
+def print_tables(table: pd.DataFrame, calib: pd.DataFrame, summary: dict) -> None:
+    print("| group | round | calibration | run | measured ms | simulated ms | self-replay error | step-time spread |")
+    print("|---|---:|---|---|---:|---:|---:|---:|")
+    for _, r in calib.iterrows():
+        print(f"| {r['group']} | {r['round']} | {r['calibration']} | {r['schedule']} | {r['step_time_measured'] * 1e3:.2f} | "
+              f"{r['step_time_simulated'] * 1e3:.2f} | {100 * r['self_replay_error']:+.1f}% | "
+              f"{100 * r['step_time_spread']:.1f}% |")
+    print()
+    has_p2 = "err_p2" in table.columns
+    print("| group | schedule | m | measured ms (range of rounds) | spread in a run | from 1f1b | error | from 1f1b+zb-h1 | error |"
+          + (" from p=2 1f1b | error |" if has_p2 else ""))
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if has_p2 else ""))
+    for _, r in table.iterrows():
+        line = (f"| {r['group']} | {r['schedule']} | {r['m']} | {r['measured_ms']:.2f} ({r['q1_ms']:.2f}-{r['q3_ms']:.2f}) "
+                f"| {100 * r['spread']:.0f}% | {r['pred_1f1b_ms']:.2f} | {100 * r['err_1f1b']:+.1f}% | "
+                f"{r['pred_1f1b+zb-h1_ms']:.2f} | {100 * r['err_1f1b+zb-h1']:+.1f}% |")
+        if has_p2:
+            line += (f" {r['pred_p2_ms']:.2f} | {100 * r['err_p2']:+.1f}% |" if not pd.isna(r.get("err_p2"))
+                     else " | |")
+        print(line)
+    print()
+    print("| group | median spread | calibration | MAPE | largest error | ordering (pairs beyond the rounds' range) |")
+    print("|---|---:|---|---:|---|---|")
+    for name, entry in summary["groups"].items():
+        for label, s in entry.items():
+            if label == "median_spread":
+                continue
+            o = s["ordering"]
+            print(f"| {name} | {100 * entry['median_spread']:.0f}% | {label} | {100 * s['mape']:.1f}% | "
+                  f"{100 * s['largest']:+.1f}% ({s['largest_case']}) | {o['agreed']}/{o['pairs']}"
+                  + (f" (missed {', '.join(o['missed'])})" if o["missed"] else "") + " |")
+
+
+def figure(table: pd.DataFrame, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 6))
+    for name, g in table.groupby("group", sort=False):
+        ax.errorbar(g["measured_ms"], g["pred_1f1b_ms"], xerr=[g["measured_ms"] - g["q1_ms"], g["q3_ms"] - g["measured_ms"]],
+                    fmt="o", ms=4, label=name, alpha=0.8)
+    lo, hi = table["measured_ms"].min() * 0.8, table["measured_ms"].max() * 1.2
+    ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+    ax.fill_between([lo, hi], [lo * 0.95, hi * 0.95], [lo * 1.05, hi * 1.05], color="0.85", label="within 5%")
+    ax.set(xscale="log", yscale="log", xlabel="measured step time, ms (median of rounds, bar: their range)",
+           ylabel="predicted from the group's 1F1B run, ms", title="held-out runs, every schedule (bench/fidelity.py)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

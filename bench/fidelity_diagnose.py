@@ -1,0 +1,149 @@
+"""Where does a self-replay's missing time go? Per-action measured vs simulated, per rank, per step.
+
+    python bench/fidelity_diagnose.py RUN_DIR [RUN_DIR ...]
+
+For each run (made with ``--profile-layers --profile-p2p``) it calibrates on the run itself and
+prints:
+
+- the self-replay: measured median step time vs the simulated one;
+- per rank and kind, measured action durations (median, mean, coefficient of variation, 90th
+  percentile) beside the simulated duration, and the rank's total busy and idle time per step;
+- the profile's (isolated) stage speed vs the in-run speed (the calibration's speed ratio);
+- the gaps between actions (executor overhead) measured vs modelled;
+- **trace replays**: every step re-simulated with that step's own measured compute durations
+  (``trace``), and with each (rank, stage, kind)'s mean duration of that step (``step mean``).
+  ``trace`` vs measured says whether the dependency structure, transfers and overheads are
+  right; ``step mean`` vs ``trace`` is what replaying mean costs loses to the spread of the
+  durations (a step's makespan is a max over paths);
+- the self-replay with typical costs, then adding the compute spread, the transfer spread
+  and the rank spread (all three: the calibration's model).
+
+Writes nothing; the numbers are what README's "Where the time goes at small microbatches" quotes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+from schedules.ir import COMPUTE_NAMES, SEND_NAMES  # noqa: E402
+from sim.calibration import calibrate  # noqa: E402
+from sim.engine import Compiled, _COMPUTE, compile_program, replay  # noqa: E402
+from sim.measured import read_measured  # noqa: E402
+
+NS = 1e9
+
+
+def replay_with(compiled: Compiled, resolved, durations: list[list[float]]) -> float:
+    """Makespan (s) of the compiled program with each compute op's duration replaced (seconds,
+    per rank in stream order; other ops kept)."""
+    ops = []
+    for rank_ops, rank_durations in zip(compiled.ops, durations):
+        row = []
+        for op, d in zip(rank_ops, rank_durations):
+            row.append((_COMPUTE, round(d * NS), op[2], op[3]) if op[0] == _COMPUTE else op)
+        ops.append(tuple(row))
+    records = replay(Compiled(tuple(ops), compiled.num_transfers, compiled.num_links), resolved.contention,
+                     resolved.send_overhead, resolved.recv_overhead)
+    return max(r.last if r.times else 0 for r in records) / NS
+
+
+def diagnose(path: str) -> None:
+    run = read_measured(path)
+    cal = calibrate(run)
+    costs = cal.for_run(run)
+    program = run.program
+    resolved = costs.for_schedule(program.schedule)
+    compiled = compile_program(program, resolved)
+    from sim import simulate
+
+    sim = simulate(program, costs)
+    tl = run.timeline.copy()
+    tl["dur"] = tl["end"] - tl["start"]
+    steps = run.step_times
+    metrics = run.step_metrics()
+    print(f"== {path}: {program.schedule.name} p={program.schedule.ranks} m={program.schedule.microbatches} "
+          f"v={program.schedule.chunks}, {len(steps)} steps")
+    st = np.array(steps) * 1e3
+    print(f"step time ms: median {np.median(st):.2f}, min {st.min():.2f}, max {st.max():.2f}, "
+          f"IQR/median {(np.percentile(st, 75) - np.percentile(st, 25)) / np.median(st):.1%}")
+    print(f"self-replay: simulated step {sim.step_time * 1e3:.2f} ms vs measured {np.median(st):.2f} "
+          f"({sim.step_time * 1e3 / np.median(st) - 1:+.1%}); makespan {sim.makespan * 1e3:.2f} vs "
+          f"{metrics['makespan'].median() * 1e3:.2f}")
+    print(f"speed ratio run/profile: {dict((k, round(v, 3)) for k, v in cal.speed_ratio.items())}; "
+          f"dispatch {cal.dispatch_overhead * 1e6:.1f} us, switch F {cal.switch_forward * 1e6:.1f} "
+          f"B {cal.switch_backward * 1e6:.1f} us, send {cal.send_overhead * 1e6:.1f} us, recv "
+          f"{cal.recv_overhead * 1e6:.1f} us, step {cal.step_overhead * 1e6:.1f} us, latency "
+          f"{cal.p2p_latency * 1e6:.1f} us")
+    simtl = sim.timeline.copy()
+    simtl["dur"] = simtl["end"] - simtl["start"]
+    print("per rank and kind: measured duration ms (median / mean / CV / p90) vs simulated mean")
+    for (rank, kind), g in tl[tl["kind"].isin(COMPUTE_NAMES)].groupby(["rank", "kind"]):
+        d = g["dur"].to_numpy() * 1e3
+        s = simtl[(simtl["rank"] == rank) & (simtl["kind"] == kind)]["dur"].to_numpy() * 1e3
+        print(f"  rank {rank} {kind}: {np.median(d):.3f} / {d.mean():.3f} / {d.std() / d.mean():.2f} / "
+              f"{np.percentile(d, 90):.3f}   sim {s.mean():.3f}")
+    comp = tl[tl["kind"].isin(COMPUTE_NAMES)]
+    busy = comp.groupby(["step", "rank"])["dur"].sum().groupby(level=1).median() * 1e3
+    print("busy ms per step (median over steps) measured vs simulated: " + ", ".join(
+        f"rank {r} {busy[r]:.2f} vs {sim.timeline[(sim.timeline['rank'] == r) & sim.timeline['kind'].isin(COMPUTE_NAMES)].eval('end - start').sum() * 1e3:.2f}"
+        for r in busy.index))
+    # gaps: start of next - end of previous (a SEND's end is its start)
+    gaps = []
+    for (_, rank), f in tl.groupby(["step", "rank"], sort=True):
+        end = np.where(f["kind"].isin(SEND_NAMES), f["start"], f["end"]).astype(float)
+        g = f["start"].to_numpy()[1:] - end[:-1]
+        gaps.append((rank, float(g.sum())))
+    gap_by_rank = {}
+    for r, g in gaps:
+        gap_by_rank.setdefault(r, []).append(g)
+    print("gaps between rows, ms per step (median): " + ", ".join(
+        f"rank {r} {np.median(v) * 1e3:.3f}" for r, v in sorted(gap_by_rank.items())))
+    # trace replays
+    trace, mean_rep, meas = [], [], []
+    rank_index = {}
+    for step, f in tl.groupby("step", sort=True):
+        per_rank_trace, per_rank_mean = [], []
+        for rank in range(program.schedule.ranks):
+            rows = f[f["rank"] == rank]
+            dur = rows["dur"].to_numpy() + cal.dispatch_overhead
+            is_comp = rows["kind"].isin(COMPUTE_NAMES).to_numpy()
+            key = list(zip(rows["stage"], rows["kind"]))
+            means = {}
+            for k, d, c in zip(key, dur, is_comp):
+                if c:
+                    means.setdefault(k, []).append(d)
+            per_rank_trace.append(list(dur))
+            per_rank_mean.append([float(np.mean(means[k])) if c else 0.0 for k, c in zip(key, is_comp)])
+            rank_index[rank] = rows
+        trace.append(replay_with(compiled, resolved, per_rank_trace))
+        mean_rep.append(replay_with(compiled, resolved, per_rank_mean))
+        meas.append(float(metrics.loc[metrics["step"] == step, "makespan"].iloc[0]) if "step" in metrics
+                    else float("nan"))
+    trace, mean_rep = np.array(trace) * 1e3, np.array(mean_rep) * 1e3
+    mk = metrics["makespan"].to_numpy() * 1e3
+    print(f"makespan ms, median over steps: measured {np.median(mk):.2f}; trace replay {np.median(trace):.2f} "
+          f"({np.median(trace) / np.median(mk) - 1:+.1%}); step-mean replay {np.median(mean_rep):.2f} "
+          f"({np.median(mean_rep) / np.median(mk) - 1:+.1%}); calibrated replay {sim.makespan * 1e3:.2f} "
+          f"({sim.makespan * 1e3 / np.median(mk) - 1:+.1%})")
+    plain = dataclasses.replace(costs, duration_spread=(), transfer_spread=(), rank_spread=())
+    compute_only = dataclasses.replace(costs, transfer_spread=(), rank_spread=())
+    no_rank = dataclasses.replace(costs, rank_spread=())
+    ms = np.median(st)
+    print("self-replay step time vs measured median: " + "; ".join(
+        f"{label} {simulate(program, c).step_time * 1e3:.2f} ms ({simulate(program, c).step_time * 1e3 / ms - 1:+.1%})"
+        for label, c in (("typical costs", plain), ("+ compute spread", compute_only), ("+ transfer spread", no_rank),
+                         ("+ rank spread", costs))))
+    per_step = trace / mk - 1
+    print(f"trace replay error per step: median {np.median(per_step):+.1%}, min {per_step.min():+.1%}, "
+          f"max {per_step.max():+.1%}")
+
+
+if __name__ == "__main__":
+    for arg in sys.argv[1:]:
+        diagnose(arg)

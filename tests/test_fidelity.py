@@ -1,0 +1,206 @@
+"""Calibration fidelity terms on synthetic runs (issue 11): role anchoring, the duration
+spread, the quality report and calibrating from several runs.
+
+Synthetic runs come from tests/test_calibrate.py's `write_run` (the simulator under a known
+machine written out as a run directory), altered here in one known way each, so that every
+expected value is a closed form of the alteration, not the calibration's own output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import test_calibrate as synth
+from test_calibrate import write_run
+
+from sim import CostError
+from sim.__main__ import main
+from sim.calibration import (
+    QUALITY_LIMIT, SPREAD_QUANTILES, calibrate, calibrate_runs, spread_quantiles, spread_residuals,
+)
+from sim.comparison import compare_run
+from sim.measured import read_measured
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two synthetic runs of one machine (1F1B m=8 with profile, interleaved m=8 with profile)."""
+    root = tmp_path_factory.mktemp("fidelity")
+    write_run(root / "1f1b", "1f1b", 8, profile=True)
+    write_run(root / "interleaved", "interleaved", 8, chunks=2, profile=True)
+    return root
+
+
+def test_a_run_without_spread_calibrates_to_none_and_replays_exactly(runs):
+    c = calibrate(read_measured(runs / "1f1b"))
+    assert c.duration_spread == () and c.transfer_spread == ()
+    (entry,) = c.quality["runs"]
+    assert abs(entry["self_replay_error"]) < 1e-12
+    assert entry["step_time_spread"] == 0.0
+    assert c.quality["warnings"] == []
+
+
+def test_run_slower_than_its_profile_on_one_role_is_replayed_exactly(runs, tmp_path, monkeypatch):
+    """The run's last stage is 0.7 ms slower per B than the profile's shape says (e.g. a busier
+    rank): the speed ratio alone would spread that over both stages; anchoring the roles keeps
+    each of the run's stages at its measured cost, so the replay is exact."""
+    extra = 700_000 * synth.NS
+    monkeypatch.setitem(synth.FIXED["B"], "last", synth.FIXED["B"]["last"] + extra)
+    truth = write_run(tmp_path / "run", "1f1b", 8)
+    shutil.copy(runs / "1f1b" / "profile.json", tmp_path / "run" / "profile.json")  # the unaltered machine's
+    run = read_measured(tmp_path / "run")
+    c = calibrate(run)
+    assert c.speed_ratio["B"] > 1.0
+    costs = c.for_run(run)
+    layers = [b - a for a, b in run.stage_layers]
+    expected_b = [synth.FIXED["B"][role] + n * synth.PER_LAYER["B"] + synth.DISPATCH
+                  for role, n in zip(("first", "last"), layers)]
+    assert list(costs.backward_full) == pytest.approx(expected_b, abs=1e-12)
+    assert c.quality["runs"][0]["step_time_measured"] == pytest.approx(truth, abs=1e-12)
+    assert abs(c.quality["runs"][0]["self_replay_error"]) < 1e-12
+
+
+def _with_factors(run, factor_of):
+    """The run with each compute row's duration multiplied by factor_of(position in its group,
+    group size), groups as the calibration forms them (step, rank, stage, kind, switching)."""
+    tl = run.timeline.copy()
+    from sim.calibration import _switch_flags
+
+    tl["switch"] = _switch_flags(run)
+    compute = tl["kind"].isin(["F", "B"])
+    keys = ["step", "rank", "stage", "kind", "switch"]
+    position = tl[compute].groupby(keys).cumcount()
+    size = tl[compute].groupby(keys)["start"].transform("size")
+    factors = pd.Series(1.0, index=tl.index)
+    factors[compute] = [factor_of(i, n) for i, n in zip(position, size)]
+    tl["end"] = tl["start"] + (tl["end"] - tl["start"]) * factors
+    return dataclasses.replace(run, timeline=tl.drop(columns="switch")), factors[compute], size
+
+
+def test_duration_spread_recovered_from_known_factors(runs):
+    """Factors that average to 1 in every group (1 - a, 1 + a in pairs, 1 for an odd one out):
+    each residual is its factor, widened by sqrt(n / (n - 1)), and the spread is their quantiles."""
+    a = 0.2
+
+    def factor(i: int, n: int) -> float:
+        if n % 2 and i == n - 1:
+            return 1.0
+        return 1 - a if i % 2 == 0 else 1 + a
+
+    run, factors, size = _with_factors(read_measured(runs / "1f1b"), factor)
+    keep = size.to_numpy() >= 2
+    f, n = factors.to_numpy()[keep], size.to_numpy()[keep]
+    expected = 1 + (f - 1) * np.sqrt(n / (n - 1))
+    got = spread_residuals(run)
+    assert sorted(got) == pytest.approx(sorted(expected), abs=1e-9)
+    quantiles = spread_quantiles(got)
+    assert len(quantiles) == SPREAD_QUANTILES
+    assert quantiles == pytest.approx(np.quantile(expected, (np.arange(SPREAD_QUANTILES) + 0.5) / SPREAD_QUANTILES))
+    # The spread lengthens the replay: a max over paths of noisy sums exceeds that of their means.
+    c = calibrate(run)
+    assert c.duration_spread == pytest.approx(quantiles)
+    plain = dataclasses.replace(c.for_run(run), duration_spread=(), transfer_spread=())
+    from sim import simulate
+
+    assert simulate(run.program, c.for_run(run)).makespan > simulate(run.program, plain).makespan
+
+
+def test_quality_reports_the_step_time_spread(runs, tmp_path):
+    """Step times T x (0.9, 0.95, 1, 1.05, 1.1): median T (so the replay stays exact), spread
+    (1.05 - 0.95) T / T = 10%, beyond QUALITY_LIMIT: one warning, about the spread."""
+    shutil.copytree(runs / "1f1b", tmp_path / "run")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    t = summary["step_times"][0]
+    factors = (0.9, 0.95, 1.0, 1.05, 1.1)
+    summary["step_times"] = [t * f for f in factors]
+    summary["steps"] = len(factors)
+    (tmp_path / "run" / "summary.json").write_text(json.dumps(summary))
+    tl = pd.read_csv(runs / "1f1b" / "timeline.csv")
+    one = tl[tl["step"] == 0]
+    pd.concat([one.assign(step=k) for k in range(len(factors))]).to_csv(tmp_path / "run" / "timeline.csv", index=False)
+    memory = pd.read_csv(runs / "1f1b" / "memory.csv")
+    one = memory[memory["step"] == 0]
+    pd.concat([one.assign(step=k) for k in range(len(factors))]).to_csv(tmp_path / "run" / "memory.csv", index=False)
+    c = calibrate(read_measured(tmp_path / "run"))
+    (entry,) = c.quality["runs"]
+    assert entry["step_time_spread"] == pytest.approx(0.10, abs=1e-12)
+    assert abs(entry["self_replay_error"]) < 1e-12
+    assert entry["steps"] == 5
+    assert 0.10 > QUALITY_LIMIT and len(c.quality["warnings"]) == 1 and "spread 10.0%" in c.quality["warnings"][0]
+    comparison, _ = compare_run(read_measured(tmp_path / "run"), c.for_run(read_measured(tmp_path / "run")))
+    assert comparison.step_time_spread == pytest.approx(0.10, abs=1e-12)
+
+
+def test_several_runs_of_one_machine_give_its_parameters(runs):
+    both = calibrate_runs([read_measured(runs / "1f1b"), read_measured(runs / "interleaved")])
+    for kind in ("F", "B"):
+        assert both.compute[kind].per_layer == pytest.approx(synth.PER_LAYER[kind], rel=1e-9)
+        for role, value in synth.FIXED[kind].items():
+            assert both.compute[kind].fixed[role] == pytest.approx(value + synth.SWITCH[kind], rel=1e-6, abs=1e-12)
+    assert both.dispatch_overhead == pytest.approx(synth.DISPATCH, abs=1e-12)
+    assert both.send_overhead == pytest.approx(synth.SEND, abs=1e-12)
+    assert both.recv_overhead == pytest.approx(synth.RECV, abs=1e-12)
+    assert both.step_overhead == pytest.approx(synth.STEP, abs=1e-12)
+    assert both.p2p_latency == pytest.approx(synth.LATENCY, abs=1e-12)
+    assert both.p2p_bandwidth == pytest.approx(synth.BANDWIDTH, rel=1e-9)
+    assert [e["schedule"] for e in both.quality["runs"]] == ["1f1b", "interleaved"]
+    assert all(abs(e["self_replay_error"]) < 1e-12 for e in both.quality["runs"])
+    assert both.source["runs"] == [str(runs / "1f1b"), str(runs / "interleaved")]
+
+
+def test_several_runs_average_their_parameters(runs, tmp_path, monkeypatch):
+    """A second machine whose send overhead is 100 us more: the mean of the two is fitted."""
+    monkeypatch.setattr(synth, "SEND", synth.SEND + 100_000 * synth.NS)
+    write_run(tmp_path / "slow", "1f1b", 8, profile=True)
+    monkeypatch.undo()
+    both = calibrate_runs([read_measured(runs / "1f1b"), read_measured(tmp_path / "slow")])
+    assert both.send_overhead == pytest.approx(synth.SEND + 50_000 * synth.NS, abs=1e-12)
+
+
+def test_several_runs_must_share_model_and_microbatch_size(runs, tmp_path):
+    shutil.copytree(runs / "interleaved", tmp_path / "other")
+    summary = json.loads((tmp_path / "other" / "summary.json").read_text())
+    summary["model"]["hidden"] = 128
+    (tmp_path / "other" / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(CostError, match="calibrate them separately"):
+        calibrate_runs([read_measured(runs / "1f1b"), read_measured(tmp_path / "other")])
+
+
+def test_cli_calibrates_several_runs_and_stores_the_quality(runs, tmp_path, capsys):
+    out = tmp_path / "costs.json"
+    assert main(["calibrate", str(runs / "1f1b"), str(runs / "interleaved"), "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.count("self-replay of") == 2 and "warning" not in text
+    stored = json.loads(out.read_text())
+    assert len(stored["quality"]["runs"]) == 2 and stored["quality"]["warnings"] == []
+    assert main(["compare", "--measured", str(runs / "interleaved"), "--costs", str(out)]) == 0
+    assert "measured spread, IQR / median: 0.0%" in capsys.readouterr().out
+
+
+def test_rank_spread_recovered_from_known_step_factors(runs):
+    """Every compute action of rank r in step k takes g[k][r] times its cost. Each rank's median
+    over the 3 steps is 1, so the typical costs are the machine's and the rank residuals are
+    exactly the g's; within a step every group scales alike, so there is no duration spread."""
+    g = {0: (1.0, 0.8, 1.5), 1: (1.2, 1.0, 0.9)}
+    run = read_measured(runs / "1f1b")
+    tl = run.timeline.copy()
+    compute = tl["kind"].isin(["F", "B"])
+    factor = [g[r][k] if c else 1.0 for r, k, c in zip(tl["rank"], tl["step"], compute)]
+    tl["end"] = tl["start"] + (tl["end"] - tl["start"]) * factor
+    run = dataclasses.replace(run, timeline=tl)
+    from sim.calibration import rank_residuals
+
+    assert sorted(rank_residuals(run)) == pytest.approx(sorted(g[0] + g[1]), rel=1e-9)
+    c = calibrate(run)
+    assert c.duration_spread == ()
+    assert c.rank_spread == pytest.approx(spread_quantiles(np.array(g[0] + g[1])))
+    from sim import simulate
+
+    plain = dataclasses.replace(c.for_run(run), rank_spread=())
+    assert simulate(run.program, c.for_run(run)).makespan > simulate(run.program, plain).makespan
