@@ -9,7 +9,8 @@ full-batch gradient, bit-identical on every replica (one all-reduce result).
 As torch's DistributedDataParallel does, gradients travel in buckets (flat buffers of at
 most `BUCKET_BYTES`, DDP's default bucket_cap_mb of 25, filled from the stage's last
 parameters back, the order backward produces them) with one asynchronous all-reduce each
-(SUM, then divided by d: gloo has no AVG). REDUCE_GRAD only launches them, so they overlap
+(SUM, then divided by d: gloo has no AVG). Under tensor parallelism a sharded (DTensor)
+gradient is reduced as its local shard: each tp rank's dp group holds the same shard. REDUCE_GRAD only launches them, so they overlap
 whatever the stream still runs (the rest of the pipeline's drain); `settle` waits for all
 of them, within the timeout, before the step ends, and copies the averages back.
 """
@@ -23,6 +24,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from torch.distributed.tensor import DTensor
 
 from .comm import reason
 from .errors import PeerError
@@ -30,12 +32,17 @@ from .errors import PeerError
 BUCKET_BYTES = 25 * 2**20
 
 
+def _local(tensor: Tensor) -> Tensor:
+    """The tensor this rank holds: a DTensor's local shard, else the tensor itself."""
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
 def buckets(params: list[nn.Parameter], cap: int = BUCKET_BYTES) -> list[list[nn.Parameter]]:
     """`params` in reverse order, cut into runs of at most `cap` bytes (a larger tensor alone)."""
     out: list[list[nn.Parameter]] = []
     size = cap
     for p in reversed(params):
-        nbytes = p.numel() * p.element_size()
+        nbytes = _local(p).numel() * p.element_size()
         if size + nbytes > cap:
             out.append([])
             size = 0
@@ -78,9 +85,10 @@ class GradReducer:
         reduction = Reduction(position, label)
         if self.size > 1:
             for bucket in buckets(params):
-                flat = torch.cat([
-                    (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in bucket
-                ])
+                for p in bucket:
+                    if p.grad is None:  # every replica reduces the same layout
+                        p.grad = torch.zeros_like(p)
+                flat = torch.cat([_local(p.grad).detach().reshape(-1) for p in bucket])
                 try:
                     work = dist.all_reduce(flat, group=self.group, async_op=True)
                 except RuntimeError as exc:
@@ -109,8 +117,9 @@ class GradReducer:
                 flat.div_(self.size)
                 offset = 0
                 for p in bucket:
-                    n = p.numel()
-                    p.grad = flat[offset:offset + n].view_as(p)
+                    local = _local(p.grad)
+                    n = local.numel()
+                    local.detach().copy_(flat[offset:offset + n].view_as(local))
                     offset += n
             if not reduction.ended:
                 ends[reduction.position] = stamp()
