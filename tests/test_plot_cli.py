@@ -90,7 +90,8 @@ def test_cost_flags_and_cost_files_set_what_is_plotted(tmp_path, capsys):
     assert (tmp_path / "b.png").read_bytes() == (tmp_path / "a.png").read_bytes()
     assert main([*base, "-o", str(tmp_path / "d.png"), "--trace", str(tmp_path / "d.json")]) == 0
     default = _slices(tmp_path / "d.json")
-    assert (default["F"], default["I"], default["W"]) == ({1e6}, {2e6}, {0.0})
+    # The transformer-like defaults (README "Simulating"): B = 2F, split evenly into I and W.
+    assert (default["F"], default["I"], default["W"]) == ({1e6}, {1e6}, {1e6})
     assert (tmp_path / "d.png").read_bytes() != (tmp_path / "a.png").read_bytes()
     # --compare has no trace: the image itself must change with a flag.
     panels = ["plot", "--compare", "gpipe,1f1b"]
