@@ -147,7 +147,7 @@ def test_cli_explain_and_emit(capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "1. Memory decides" in out and "4. Runner-up on each axis" in out
-    assert "torchrun --nnodes" in out and "-m runtime --schedule" in out
+    assert "torchrun --nnodes" in out and "-m runtime --pp " in out and " --dp " in out and " --tp " in out
 
 
 def test_figure(tmp_path):

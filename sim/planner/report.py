@@ -163,28 +163,32 @@ def _in_flight(ev: Evaluation) -> str:
 
 
 def torchrun_command(plan: Plan, ev: Evaluation | None = None) -> str:
-    """The `torchrun ... -m runtime` command that runs the configuration's pipeline axis.
+    """The `torchrun ... -m runtime` command that runs the configuration on t x p x d ranks.
 
-    The executor runs one pipeline (p ranks) of the built-in gpt model with the plan's layers,
-    hidden size, heads, sequence length and vocabulary, batch = b x m sequences; tensor and data
-    parallelism are not in the executor yet, which the command's comment says.
+    The executor runs the built-in gpt model with the plan's layers, hidden size, heads,
+    sequence length and vocabulary on the layout --pp p --dp d --tp t (runtime/layout.py),
+    global batch = b x m x d sequences; ZeRO is not in the executor, which the command's
+    comment says.
     """
     ev = ev or plan.best
     c, model, cluster = ev.config, plan.request.model, plan.request.cluster
-    per_node = min(c.pp, cluster.gpus_per_node)
-    nodes = math.ceil(c.pp / per_node)
+    world = c.pp * c.dp * c.tp
+    per_node = min(world, cluster.gpus_per_node)
+    nodes = math.ceil(world / per_node)
     args = ["torchrun", "--nnodes", str(nodes), "--nproc-per-node", str(per_node)]
     if nodes > 1:
         args += ["--node-rank", "N", "--rdzv-backend", "c10d", "--rdzv-endpoint", "HEAD:29500", "--rdzv-id", "RUN"]
-    args += ["-m", "runtime", "--schedule", c.schedule, "--microbatches", str(c.microbatches)]
+    args += ["-m", "runtime", "--pp", str(c.pp), "--dp", str(c.dp), "--tp", str(c.tp),
+             "--schedule", c.schedule, "--microbatches", str(c.microbatches)]
     if c.chunks > 1 and c.schedule not in ("zbv",):
         args += ["--chunks", str(c.chunks)]
     args += ["--model", "gpt", "--layers", str(model.layers), "--hidden", str(model.hidden), "--heads", str(model.heads),
              "--seq-len", str(model.seq_len), "--vocab", str(model.vocab),
-             "--batch-size", str(c.microbatch_size * c.microbatches), "--out", f"runs/plan-{c.schedule}-p{c.pp}"]
+             "--batch-size", str(c.microbatch_size * c.microbatches * c.dp),
+             "--out", f"runs/plan-{c.schedule}-p{c.pp}-d{c.dp}-t{c.tp}"]
     notes = []
-    if c.tp > 1 or c.dp > 1:
-        notes.append(f"runs the pipeline axis only (p={c.pp}); t={c.tp}, d={c.dp}, ZeRO {c.zero} are not in the executor yet")
+    if c.zero > 0:
+        notes.append(f"ZeRO {c.zero} is not in the executor: it runs plain data parallelism (gradient all-reduce)")
     if model.gated or model.kv_heads != model.heads or not model.bias:
         notes.append("the executor's gpt model is GPT-style (4h GELU FFN, full attention heads), not this architecture")
     comment = "".join(f"# {n}\n" for n in notes)
