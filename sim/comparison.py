@@ -70,11 +70,11 @@ class Comparison:
             f"{100 * self.step_time_spread:.1f}%)",
             f"{'makespan (median)':24}{ms(self.makespan_measured):>14}{ms(self.makespan_simulated):>14}"
             f"{100 * self.makespan_error:>+9.1f}%",
-            f"{'bubble ratio':24}{self.bubble_ratio_measured:>14.3f}{self.bubble_ratio_simulated:>14.3f}",
+            f"{'bubble ratio':24}{100 * self.bubble_ratio_measured:>13.1f}%{100 * self.bubble_ratio_simulated:>13.1f}%",
             f"start-time MAE: {100 * self.start_mae:.1f}% of the measured makespan",
         ]
         for rank, (m, s) in enumerate(zip(self.peak_activation_bytes_measured, self.peak_activation_bytes_simulated)):
-            lines.append(f"{f'peak activation B, rank {rank}':24}{m:>14,}{s:>14,}")
+            lines.append(f"{f'peak activation, rank {rank}':24}{m:>12,} B{s:>12,} B")
         return "\n".join(lines)
 
 

@@ -284,3 +284,15 @@ def test_plotting_never_imports_pyplot(tmp_path):
     env = {"PATH": "", "HOME": str(tmp_path)}  # no DISPLAY, no MPLBACKEND; matplotlib's cache goes to tmp
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_comparison_of_every_schedule_with_memory_stays_within_the_height_cap():
+    from sim.plot.timeline import MAX_HEIGHT_IN
+
+    costs = CostModel(forward=1.0, backward_input=1.0, backward_weight=1.0)
+    names = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "looped-bfs")
+    results = {n: simulate(schedules.build_for(n, 4, 8, 2), costs) for n in names}
+    fig = plot_compare({n: r.timeline for n, r in results.items()}, memories={n: r.memory for n, r in results.items()})
+    assert fig.get_size_inches()[1] <= MAX_HEIGHT_IN
+    few = plot_compare({"1f1b": results["1f1b"].timeline})  # one panel keeps its natural height
+    assert few.get_size_inches()[1] < MAX_HEIGHT_IN / 2

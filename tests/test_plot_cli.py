@@ -90,7 +90,7 @@ def test_cost_flags_and_cost_files_set_what_is_plotted(tmp_path, capsys):
     assert (tmp_path / "b.png").read_bytes() == (tmp_path / "a.png").read_bytes()
     assert main([*base, "-o", str(tmp_path / "d.png"), "--trace", str(tmp_path / "d.json")]) == 0
     default = _slices(tmp_path / "d.json")
-    # The transformer-like defaults (README "Simulating"): B = 2F, split evenly into I and W.
+    # The defaults (sim.sources.DEFAULT_COSTS, README "Simulating"): F = I = W = 1 s.
     assert (default["F"], default["I"], default["W"]) == ({1e6}, {1e6}, {1e6})
     assert (tmp_path / "d.png").read_bytes() != (tmp_path / "a.png").read_bytes()
     # --compare has no trace: the image itself must change with a flag.
@@ -253,3 +253,13 @@ def test_a_run_drawn_with_every_step_and_the_overlay_of_the_median_step(tmp_path
     with pytest.raises(SystemExit) as stop:  # argparse's own error
         main(["plot", "--run", str(run), "--step", "x", "-o", str(png)])
     assert stop.value.code == 2 and "expected a step number or 'all'" in capsys.readouterr().err
+
+
+def test_compare_skips_a_schedule_that_cannot_run_as_sim_compare_does(tmp_path, capsys):
+    png = tmp_path / "c.png"
+    assert main(["plot", "--compare", "interleaved,1f1b", "--microbatches", "5", "-o", str(png)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.split() == [str(png)] and "sim plot: skipping interleaved: " in captured.err
+    fails(capsys, ["plot", "--compare", "interleaved", "--microbatches", "5", "-o", str(png)],
+          "no schedule can run at these sizes")
+    fails(capsys, ["plot", "--compare", "1f1b,nope", "-o", str(png)], "unknown schedule 'nope'")

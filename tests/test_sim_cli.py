@@ -246,3 +246,25 @@ def test_compare_marks_the_best_rows_and_sorts(capsys) -> None:
     _, out, _ = run_cli(capsys, "compare", "--json", "--sort", "makespan")
     makespans = [r["makespan"] for r in json.loads(out)]
     assert makespans == sorted(makespans) and makespans[0] == pytest.approx(25.5)  # zbv, the README table's best
+
+
+def test_compare_skips_what_a_calibration_cannot_cut(capsys, tmp_path) -> None:
+    """A calibration of an 8-layer model cannot make 2 x 8 = 16 stages: interleaved and
+    looped-bfs at v = 8 are skipped with the reason, as sim sweep does, and the rest print."""
+    from test_calibrate import write_run  # a synthetic run directory (tests/test_calibrate.py)
+
+    from sim.calibration import calibrate
+    from sim.measured import read_measured
+
+    write_run(tmp_path / "run", "1f1b", 8, profile=True)
+    costs = tmp_path / "calibration.json"
+    calibrate(read_measured(tmp_path / "run")).to_json(costs)
+    code, out, err = run_cli(capsys, "compare", "--json", "--costs", str(costs), "--ranks", "2", "--microbatches", "4",
+                             "--chunks", "8")
+    assert code == 0
+    names = [r["schedule"] for r in json.loads(out)]
+    assert "interleaved" not in names and "looped-bfs" not in names and "1f1b" in names
+    assert "skipping interleaved (p=2, m=4, v=8): the model has 8 layers, fewer than the program's 16 stages" in err
+    code, _, err = run_cli(capsys, "compare", "--costs", str(costs), "--schedules", "interleaved", "--ranks", "2",
+                           "--microbatches", "4", "--chunks", "8")
+    assert code == 2 and "no schedule can run at these sizes" in err

@@ -8,7 +8,6 @@ import json
 import sys
 from dataclasses import dataclass
 
-
 import schedules
 from schedules import ScheduleError
 
@@ -66,11 +65,13 @@ def add_parser(subparsers) -> None:
         help="simulate schedules at one size and compare makespan, bubble and peak activation memory",
         description=(
             "Simulate each schedule at p ranks, m microbatches and v chunks per rank (schedules with "
-            "a fixed chunk count, such as gpipe, 1f1b or zbv, run with their own) and print one row per "
-            "schedule: makespan, time per microbatch, bubble ratio (idle / (p x makespan)), the same "
-            "within each rank's own span, and peak activation memory (max over ranks, in microbatches "
-            "of one rank's share). Without --schedules every registered schedule that is legal at "
-            "these sizes runs; the others are noted on stderr."
+            "a fixed chunk count, such as gpipe, 1f1b or zbv, run with their own) and print the costs used, "
+            "then one row per schedule: makespan and time per microbatch (s, ms or µs), bubble ratio "
+            "(idle / (p x makespan), percent), the zero-bubble paper's rank-span bubble (percent), peak activation "
+            "memory in microbatches of a rank's own stages (and in bytes when activation sizes are given), "
+            "and which rows are best by makespan and by memory. Default costs: F = I = W = 1 s (a "
+            "transformer's backward, twice the forward, split evenly). A schedule that cannot run at these "
+            "sizes is skipped with its reason on stderr; only an empty table is an error."
         ),
     )
     parser.add_argument("--schedules", type=names, metavar="A,B,...", help="schedules to run (default: all)")
@@ -100,8 +101,9 @@ def add_parser(subparsers) -> None:
     output.add_argument(
         "--json", action="store_true",
         help="print a JSON list of objects: schedule, ranks, microbatches, chunks, makespan, step_time, "
-        "time_per_microbatch, bubble_ratio, bubble_ratio_rank_span, bubble_fraction, peak_activation "
-        "(max over ranks) and peak_activation_per_rank (microbatches of one rank's share), "
+        "time_per_microbatch (seconds), bubble_ratio, bubble_ratio_rank_span, bubble_fraction (fractions), "
+        "peak_microbatches and peak_microbatches_per_rank (microbatches of a rank's own stages), peak_activation "
+        "(max over ranks) and peak_activation_per_rank (microbatches of the mean rank's share), "
         "peak_activation_bytes (max over ranks) and peak_activation_bytes_per_rank; with --measured "
         "one object (see sim/comparison.py)",
     )

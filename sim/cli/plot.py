@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from schedules import ScheduleError, build
+from schedules import ScheduleError, available, build
 
 from .. import sweep
+from ..costs import CostError
 from ..engine import simulate
 from ..measured import read_run
 from ..sources import CostOverrides, cost_source, real_activation_bytes, run_costs
@@ -178,7 +180,7 @@ def draw(options: PlotOptions) -> list[Path]:
     note = costs.describe() + (f"\n{'memory: activation bytes' if real else MEMORY_UNIT_NOTE}" if options.memory else "")
     label = None if real else MEMORY_UNIT_LABEL
     if options.compare is not None:
-        results = sweep.simulate_each(options.compare, options.ranks, options.microbatches, options.chunks, costs)
+        results = compare_results(options, costs)
         plot_compare(
             {name: r.timeline for name, r in results.items()},
             memories={name: r.memory for name, r in results.items()} if options.memory else None,
@@ -197,6 +199,27 @@ def draw(options: PlotOptions) -> list[Path]:
         write_trace(options.trace, result.timeline, result.memory, name=options.schedule, unit_bytes=unit_bytes)
         return [options.output, options.trace]
     return [options.output]
+
+
+def compare_results(options: PlotOptions, costs) -> dict:
+    """Each --compare schedule simulated; one that cannot run at these sizes is skipped with its
+    reason on stderr, as in `sim compare` and `sim sweep`; ScheduleError if none is left (or for
+    an unknown name)."""
+    known = available()
+    unknown = [name for name in options.compare if name not in known]
+    if unknown:
+        raise ScheduleError(f"unknown schedule {unknown[0]!r}; available: {', '.join(known)}")
+    results, skipped = {}, []
+    for name in options.compare:
+        try:
+            results.update(sweep.simulate_each([name], options.ranks, options.microbatches, options.chunks, costs))
+        except (ScheduleError, CostError) as exc:
+            skipped.append(f"{name}: {one_line(exc)}")
+    if not results:
+        raise ScheduleError("no schedule can run at these sizes: " + "; ".join(skipped))
+    for reason in skipped:
+        print(f"sim plot: skipping {reason}", file=sys.stderr)
+    return results
 
 
 def draw_sweep(options: PlotOptions) -> list[Path]:

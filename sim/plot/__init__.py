@@ -3,7 +3,8 @@
 Above the model (it reads tables, sim.metrics and cost descriptions; it never imports
 sim/cli/): `gantt` and `memory` draw on one matplotlib Axes; `timeline`, `memory` and
 `overlay` build whole figures (`figure` holds what they share); `style` is colours and
-labels; `units` axis units; `trace` the Perfetto export; `readme` the README's figures.
+labels; `units` axis units; `trace` the Perfetto export; `sweep` a sweep table's curves;
+`readme` the README's figures.
 """
 
 from .memory import plot_memory
