@@ -71,6 +71,8 @@ def _action(stage: int, kind: Kind, microbatch: int, _new=object.__new__, _stage
     _kind(action, kind)
     _microbatch(action, microbatch)
     return action
+
+
 def insert_grad_reductions(program: Program) -> Program:
     """`program` with a REDUCE_GRAD after each stage's last B or W (unchecked)."""
     streams = []

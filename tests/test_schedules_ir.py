@@ -40,8 +40,20 @@ def test_matching_pairs_follow_torch_convention():
     assert Action.parse("2SEND_B0").matching() == Action.parse("1RECV_B0")
     assert Action.parse("2RECV_F0").matching() == Action.parse("1SEND_F0")
     assert Action.parse("1RECV_B0").matching() == Action.parse("2SEND_B0")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="0F0 is not a SEND or RECV"):
         Action.parse("0F0").matching()
+
+
+def test_peer_stage_is_the_other_end():
+    assert [Action.parse(a).peer_stage() for a in ("1SEND_F0", "2RECV_F0", "2SEND_B0", "1RECV_B0")] == [2, 1, 1, 2]
+    assert Action.parse("1F0").peer_stage() is None
+
+
+def test_parse_error_shows_the_accepted_forms():
+    with pytest.raises(ScheduleError) as info:
+        Action.parse("0X1")
+    assert str(info.value).startswith("cannot parse action '0X1': expected STAGE KIND MICROBATCH such as "
+                                      "'0F1', '3B0', '2I1', '1W4' or '2SEND_B3'")
 
 
 def test_a_send_and_its_recv_name_one_transfer_numbered_densely():
@@ -64,5 +76,8 @@ def test_a_send_and_its_recv_name_one_transfer_numbered_densely():
             assert (send.transfer.send(), send.transfer.recv()) == (send, recv) and send.transfer.boundary == stage - 1
             numbers.add(send.transfer.number(m))
     assert len(numbers) == 2 * (n - 1) * m and all(0 <= x < transfer_count(n, m) for x in numbers)
+    # Dense: the last stage's last gradient takes the last number, so no table sized by
+    # transfer_count is larger than needed.
+    assert max(numbers) == transfer_count(n, m) - 1
     with pytest.raises(ValueError):
         Action.parse("0F0").transfer

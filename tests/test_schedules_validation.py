@@ -196,3 +196,118 @@ def test_a_schedule_is_checked_once(monkeypatch, tmp_path):
     with pytest.raises(ScheduleError, match=r"\[deadlock\]"):
         lower(bad)
     assert calls[-1] is bad
+
+
+def _with_streams(program, rows):
+    return Program(program.schedule, tuple(tuple(Action.parse(a) for a in r.split()) for r in rows))
+
+
+@pytest.mark.parametrize("rows, message", [
+    (["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1 0REDUCE_GRAD",
+      "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1 1REDUCE_GRAD"], None),
+    (["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1 1REDUCE_GRAD",
+      "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1 1REDUCE_GRAD"],
+     "[placement] rank 0, position 8: 1REDUCE_GRAD names stage 1, which does not sit on rank 0"),
+    (["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1 0REDUCE_GRAD 0REDUCE_GRAD",
+      "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1 1REDUCE_GRAD"],
+     "[duplicate] rank 0, position 9: 0REDUCE_GRAD appears twice"),
+    (["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0REDUCE_GRAD 0RECV_B1 0B1",
+      "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1 1REDUCE_GRAD"],
+     "[reduce-after-backward] rank 0, position 6: 0REDUCE_GRAD runs before stage 0's last backward, "
+     "whose gradients it reduces"),
+    (["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
+      "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1 1REDUCE_GRAD"],
+     "[missing-reduce] rank 0: 0REDUCE_GRAD never runs, but other stages reduce their gradients"),
+])
+def test_gradient_reductions_one_per_stage_after_its_last_backward(rows, message):
+    """REDUCE_GRAD (data parallelism): none, or one per stage on its rank after its last backward."""
+    program = _with_streams(lower(base()), rows)
+    if message is None:
+        validate(program)
+        return
+    with pytest.raises(ScheduleError) as info:
+        validate(program)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("row1, message", [
+    ("1F0 1B0", "[missing-forward] rank 1: 1F1 never runs"),
+    ("1F0 1B0 1F1 1B1 1I1 1W1", "[backward-split] rank 1: 1B1 and a split backward (1I1/1W1) both run"),
+    ("1F0 1B0 1F1 1I1", "[missing-backward] rank 1: 1I1 runs but 1W1 never does"),
+    ("1F0 1B0 1F1 1W1", "[missing-backward] rank 1: 1W1 runs but 1I1 never does"),
+    ("1F0 1B0 1F1", "[missing-backward] rank 1: 1B1 (or 1I1 and 1W1) never runs"),
+])
+def test_each_incomplete_microbatch_names_what_is_missing(row1, message):
+    bad = with_order(base(), ["0F0 0F1 0B0 0B1", row1])
+    with pytest.raises(ScheduleError) as info:
+        validate(bad)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("rows, message", [
+    (["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1"], "[sizes] program: 1 streams, expected one per rank (2)"),
+    (["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1", "1RECV_F0 1F0 1RECV_F1 1F1 1B0 1SEND_B0 1B1 1SEND_B1"],
+     "[stream-order] rank 1: compute actions of the stream differ from the schedule's order"),
+    (["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1 2SEND_F0",
+      "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1"],
+     "[comm-range] rank 0, position 8: 2SEND_F0 is outside stages 0..1 or microbatches 0..1"),
+    (["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1 0SEND_F2",
+      "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1"],
+     "[comm-range] rank 0, position 8: 0SEND_F2 is outside stages 0..1 or microbatches 0..1"),
+    (["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1 1RECV_F0",
+      "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1"],
+     "[placement] rank 0, position 8: 1RECV_F0 names stage 1, which sits on rank 1"),
+    (["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
+      "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1 1SEND_F1"],
+     "[comm-needed] rank 1, position 8: 1SEND_F1 has no cross-rank peer (stage 2)"),
+    (["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
+      "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1 1SEND_B1"],
+     "[duplicate] rank 1, position 8: 1SEND_B1 appears twice"),
+])
+def test_each_program_rule_names_rank_position_and_action(rows, message):
+    with pytest.raises(ScheduleError) as info:
+        validate(_with_streams(lower(base()), rows))
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"ranks": 0}, "[sizes] schedule: ranks, microbatches and chunks must be >= 1 (got p=0, m=1, v=2)"),
+    ({"microbatches": 0}, "[sizes] schedule: ranks, microbatches and chunks must be >= 1 (got p=1, m=0, v=2)"),
+    ({"stage_to_rank": (0,)}, "[placement] schedule: 1 stages placed, expected ranks*chunks = 2"),
+    ({"order": "1F0 0F0 1B0 0B0"}, "[order] rank 0, position 0: 1F0 comes before 0F0, which it depends on"),
+    ({"order": "0F0 1F0 0B0 1B0"}, "[order] rank 0, position 2: 0B0 comes before 1B0, which it depends on"),
+    ({"order": "0F0 1F0 0I0 1I0 1W0 0W0"}, "[order] rank 0, position 2: 0I0 comes before 1I0, which it depends on"),
+    ({"order": "0F0 1F0 1I0 0W0 0I0 1W0"}, "[order] rank 0, position 3: 0W0 comes before 0I0, which it depends on"),
+])
+def test_two_stages_on_one_rank_keep_their_dependencies(changes, message):
+    """One rank holding both stages (interleaved p=1, v=2): the order on the rank alone must
+    respect that stage 1's F needs stage 0's, and stage 0's backward stage 1's."""
+    schedule = build("interleaved", ranks=1, microbatches=1, chunks=2)
+    if "order" in changes:
+        schedule = with_order(schedule, [changes.pop("order")])
+    with pytest.raises(ScheduleError) as info:
+        validate(replace(schedule, **changes))
+    assert str(info.value) == message
+    validate(with_order(build("interleaved", ranks=1, microbatches=1, chunks=2), ["0F0 1F0 1I0 0I0 0W0 1W0"]))
+
+
+@pytest.mark.parametrize("name, changes, message", [
+    ("1f1b", {"order": ["0F0 0F1 0B0 0B1 0SEND_F0", "1F0 1B0 1F1 1B1"]},
+     "[compute-only] rank 0, position 4: 0SEND_F0 is a communication action; a Schedule holds F/B/I/W only"),
+    ("1f1b", {"order": ["0F0 0F1 0B0 0B1 2F0", "1F0 1B0 1F1 1B1"]},
+     "[stage-range] rank 0, position 4: 2F0 names stage 2, outside 0..1"),
+    ("1f1b", {"order": ["0F0 0F1 0B0 0B1 0F1", "1F0 1B0 1F1 1B1"]},
+     "[duplicate] rank 0, position 4: 0F1 appears twice (first at position 1)"),
+    ("1f1b", {"order": ["0F0 0F1 0B0 0B1"]}, "[sizes] schedule: order has 1 rows, expected one per rank (2)"),
+    ("1f1b", {"stage_to_rank": (0, 2)}, "[placement] stage 1: placed on rank 2, outside 0..1"),
+    ("interleaved", {"stage_to_rank": (0, 0, 0, 1)}, "[placement] rank 0: holds stages [0, 1, 2]; every rank must hold 2"),
+    ("1f1b", {"order": ["0F0 0F1 0B0 0B1", "1F0 1B0 1F1 1B1 1I1"]},
+     "[backward-split] rank 1: 1B1 and a split backward (1I1/1W1) both run"),  # B with I alone
+])
+def test_each_schedule_rule_names_where_and_what(name, changes, message):
+    schedule = build(name, ranks=2, microbatches=2)
+    if "order" in changes:
+        schedule = with_order(schedule, changes.pop("order"))
+    with pytest.raises(ScheduleError) as info:
+        validate(replace(schedule, **changes))
+    assert str(info.value) == message

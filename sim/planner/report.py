@@ -7,6 +7,8 @@ import shlex
 
 import pandas as pd
 
+import schedules
+
 from . import collectives, flops, memory
 from .search import AXES, Evaluation, Plan
 from .stage_costs import group_link
@@ -133,7 +135,10 @@ def explain(plan: Plan) -> str:
                  f"device time over a makespan of {best.makespan_ns / 1e9:.3f} s (interleaved-1F1B closed form "
                  f"(p-1)/(vm+p-1) = {closed:.1%}, for comparison), {bubble * best.makespan_ns / 1e9:.3f} s per GPU idle.")
     after = max(best.costs.after_ns) / 1e9
-    lines.append(f"   Data parallelism (d = {c.dp}, ZeRO {c.zero}): gradient sync, optimizer step and weight gather take "
+    work = {0: "gradient all-reduce and optimizer step", 1: "gradient reduce-scatter, optimizer step and weight gather",
+            2: "last layer's gradient reduce-scatter, optimizer step and weight gather",
+            3: "first layer's weight gather, last layer's gradient reduce-scatter and optimizer step"}[c.zero]
+    lines.append(f"   Data parallelism (d = {c.dp}, ZeRO {c.zero}): {work} take "
                  f"{after:.3f} s per rank after its last backward; {best.exposed_data_parallel:.3f} s of it extends the step "
                  f"beyond the pipeline, the rest hides behind the other ranks' drain.")
     lines += ["", "4. Runner-up on each axis (best configuration that differs from the winner there):"]
@@ -163,12 +168,15 @@ def _in_flight(ev: Evaluation) -> str:
 
 
 def torchrun_command(plan: Plan, ev: Evaluation | None = None) -> str:
-    """The `torchrun ... -m runtime` command that runs the configuration on t x p x d ranks.
+    """The `torchrun ... -m runtime` command that runs the configuration with the executor.
 
-    The executor runs the built-in gpt model with the plan's layers, hidden size, heads,
-    sequence length and vocabulary on the layout --pp p --dp d --tp t (runtime/layout.py),
-    global batch = b x m x d sequences; ZeRO is not in the executor, which the command's
-    comment says.
+    The executor (runtime/cli.py, runtime/layout.py) runs p x d x t ranks laid out as the
+    planner places them (tensor-parallel ranks adjacent, data-parallel next, pipeline
+    outermost): `--pp P --dp D --tp T`, the built-in gpt model with the plan's layers, hidden
+    size, heads, sequence length and vocabulary, and `--batch-size` the global batch of one
+    step, b x m x d sequences (each replica takes its d-th). What the executor does not do is
+    said in the command's comment: ZeRO (it all-reduces whole gradients), recomputation,
+    sequence parallelism, and a model other than GPT-style.
     """
     ev = ev or plan.best
     c, model, cluster = ev.config, plan.request.model, plan.request.cluster
@@ -180,15 +188,20 @@ def torchrun_command(plan: Plan, ev: Evaluation | None = None) -> str:
         args += ["--node-rank", "N", "--rdzv-backend", "c10d", "--rdzv-endpoint", "HEAD:29500", "--rdzv-id", "RUN"]
     args += ["-m", "runtime", "--pp", str(c.pp), "--dp", str(c.dp), "--tp", str(c.tp),
              "--schedule", c.schedule, "--microbatches", str(c.microbatches)]
-    if c.chunks > 1 and c.schedule not in ("zbv",):
+    if c.chunks > 1 and schedules.generator(c.schedule).takes_chunks:
         args += ["--chunks", str(c.chunks)]
     args += ["--model", "gpt", "--layers", str(model.layers), "--hidden", str(model.hidden), "--heads", str(model.heads),
              "--seq-len", str(model.seq_len), "--vocab", str(model.vocab),
              "--batch-size", str(c.microbatch_size * c.microbatches * c.dp),
              "--out", f"runs/plan-{c.schedule}-p{c.pp}-d{c.dp}-t{c.tp}"]
-    notes = []
-    if c.zero > 0:
-        notes.append(f"ZeRO {c.zero} is not in the executor: it runs plain data parallelism (gradient all-reduce)")
+    missing = []
+    if c.zero:
+        missing.append(f"ZeRO {c.zero} (it all-reduces whole gradients, ZeRO 0)")
+    if c.recompute != "none":
+        missing.append(f"{c.recompute} recomputation")
+    if c.sequence_parallel:
+        missing.append("sequence parallelism")
+    notes = [f"the executor runs this layout without {', '.join(missing)}: its memory and step time differ from the plan's"] if missing else []
     if model.gated or model.kv_heads != model.heads or not model.bias:
         notes.append("the executor's gpt model is GPT-style (4h GELU FFN, full attention heads), not this architecture")
     comment = "".join(f"# {n}\n" for n in notes)

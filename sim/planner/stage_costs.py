@@ -9,11 +9,15 @@ backward.
 **Placement** of GPU ranks (Megatron-LM's default order): tensor-parallel ranks are
 adjacent, data-parallel ranks next (stride t), pipeline ranks outermost (stride t x d). A
 collective group whose span fits in a node runs on the intra-node link. One that spans
-nodes with k of its ranks on each node crosses the nodes through k adapters at once (NCCL
-runs one ring per adapter), so its per-rank bandwidth is k x the inter-node bandwidth,
-capped by the intra-node one, at the inter-node latency; with k = 1 (e.g. data-parallel
-rings of t = 8 on 8-GPU nodes) it is the inter-node link itself. A pipeline boundary uses
-the intra-node link when its two stages' ranks sit on one node, else one adapter.
+nodes runs at the inter-node bandwidth and latency of one GPU's adapter, however many of
+its ranks share a node: every rank moves its whole ring volume, (n-1)/n x N per
+all-gather or reduce-scatter, through its own adapter. NCCL's ideal, where the k ranks on a
+node form k rings that each cross between nodes once, would give k x that; the published
+runs do not reach it: SC'21's ZeRO-3 runs (Table 2) take the
+same 66.7 s per iteration on 768 and 1536 GPUs (by their eq. 3), each GPU moving the same bytes, and its
+Table 1 runs with t = 1 and 2 (eight and four data-parallel ranks per node) were
+over-predicted by 7% and 4% with it (README, "Planning a training run"). A pipeline boundary
+uses the intra-node link when its two stages' ranks sit on one node, else one adapter.
 
 **Compute per stage** (sim.planner.throughput for the achieved-throughput model): its
 layers (schedules.stages.balanced_layers: the executor's balanced cut), plus the embedding
@@ -28,10 +32,16 @@ reduce-scatters) its output; the LM head all-gathers its input with sequence par
 reduces its input gradient in the backward; the loss all-reduces three 32-bit numbers per
 token. These collectives are on the critical path (not overlapped with compute).
 
-**ZeRO**: stage 3 gathers a layer's weights before its forward and its backward, stage 2 and
-3 reduce-scatter its gradients after each microbatch's backward (as DeepSpeed does under
-gradient accumulation); these overlap the layer's compute: the action takes the longer of
-the two.
+**ZeRO** (FSDP's and DeepSpeed's schedule of it): stage 3 gathers a layer's weights before its
+forward and again before its backward, on the data-parallel group's link; stages 2 and 3
+reduce-scatter a layer's gradients after each microbatch's backward (as DeepSpeed does under
+gradient accumulation, and FSDP without no_sync). Each is prefetched one layer ahead, in
+the order the layers run (across microbatches and stages too): layer i+1's gather and layer
+i-1's reduce-scatter run while layer i computes, so a layer's action takes the longer of
+its compute and its collective, every layer and microbatch, each collective paying its
+latency ((d - 1) alpha on a ring). What nothing hides: the step's first gather, before
+any compute, and the reduce-scatter of the last layer to finish its backward: both are
+added to the data-parallel work after the rank's last backward (below).
 
 **Pipeline transfers**: the boundary activation (and its gradient), 2sbh/t bytes per
 microbatch (split across the tensor-parallel ranks: Megatron's scatter/gather, or sequence
@@ -43,7 +53,8 @@ on a 1 GB/s reference link (1 byte = 1 ns).
 rank's last backward ends, so that it overlaps the other ranks' drain): ZeRO 0 all-reduces
 the 16-bit gradients; ZeRO 1 reduce-scatters them, runs the optimizer on its shard and
 all-gathers the 16-bit weights; ZeRO 2 (gradients already reduced) runs the optimizer and
-all-gathers; ZeRO 3 runs the optimizer. The optimizer is HBM-bound: Adam reads a 16-bit
+all-gathers; ZeRO 3 runs the optimizer (plus its one exposed gather and reduce-scatter, and
+ZeRO 2 its one exposed reduce-scatter, above). The optimizer is HBM-bound: Adam reads a 16-bit
 gradient and three 32-bit states and writes the states and a 16-bit weight, 28 bytes per
 parameter of the shard.
 
@@ -134,8 +145,7 @@ def group_link(cluster: Cluster, stride: int, size: int) -> Link:
     g = cluster.gpus_per_node
     if stride * size <= g and g % (stride * size) == 0:
         return cluster.intra
-    per_node = max(1, min(size, g // stride))
-    return Link(min(cluster.intra.bandwidth, per_node * cluster.inter.bandwidth), cluster.inter.latency)
+    return cluster.inter
 
 
 def _ns(seconds: float) -> int:
@@ -164,6 +174,7 @@ class _LayerCosts:
     forward: float
     inputs: float
     weights: float
+    exposed: float  # ZeRO's collectives per step that no compute hides (module docstring)
     activations: float
     kept: float
     embed_forward: float
@@ -234,16 +245,21 @@ class Pricer:
             inputs += th.gemm(fwd.core / t) + th.traffic(acts.core / t)
         weights = th.gemm(fwd.gemm / t)
         layer_weights = memory.WEIGHT_BYTES * flops.layer_params(model) / t
+        exposed = 0.0
         if zero >= 3:
             gather = collectives.all_gather(layer_weights, d, dp_link)
             forward, inputs = max(forward, gather), max(inputs, gather)
+            exposed += gather
         if zero >= 2:
-            weights = max(weights, collectives.reduce_scatter(layer_weights, d, dp_link))
+            scatter = collectives.reduce_scatter(layer_weights, d, dp_link)
+            weights = max(weights, scatter)
+            exposed += scatter
         logits = 4.0 * model.seq_len * b * model.vocab / t
         loss = 3 * collectives.all_reduce(4.0 * model.seq_len * b, t, tp_link)
         gather_input = collectives.all_gather(hidden_bytes, t, tp_link) if sp else 0.0
         return _LayerCosts(
             forward=forward, inputs=inputs, weights=weights,
+            exposed=exposed,
             activations=memory.activation_per_layer(model, b, t, sp, recompute),
             kept=memory.weight_kept_per_layer(model, b, t, sp),
             embed_forward=th.traffic(hidden_bytes) + reduce(hidden_bytes),
@@ -316,12 +332,12 @@ class Pricer:
         ranks_memory, after = [], []
         for held, incoming in self._ranks(placement):
             params = sum(stage_params[s] for s in held) / t
-            key = (params, config.zero, d, t)
+            key = (params, config.zero, d, t, lc.exposed)
             rank = self._rank_parts.get(key)
             if rank is None:
                 states = memory.model_states(params, d, config.zero)
                 rank = self._rank_parts[key] = (
-                    states, _ns(_data_parallel_after(params, config.zero, d, dp_link, self.th)))
+                    states, _ns(_data_parallel_after(params, config.zero, d, dp_link, self.th) + lc.exposed))
             states, after_ns = rank
             buffers = incoming * 2 * lc.boundary + lc.recompute_buffer + lc.gathered_weights
             ranks_memory.append(RankMemory(states.weights, states.gradients, states.optimizer, buffers))

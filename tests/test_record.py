@@ -1,0 +1,149 @@
+"""Rank 0's records and the --check verdict, in this process (runtime/record.py, runtime/reference.py).
+
+One rank (a world of 1, gloo) runs a 2-stage interleaved program of a tiny mlp: the whole
+gather path runs here, where mutation testing (bench/mutation.sh) sees it, and its summary
+is checked against the run's own tables and an independent full-batch computation. The
+verdict's rules (tolerance inclusive, a missing gradient or loss fails) are checked on
+hand-made payloads.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import socket
+import stat
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import schedules
+from runtime import ModelSpec, RunOptions, build_model, execute, write_outputs
+from runtime.record import _verdict, clear_summary, format_summary
+from runtime.reference import TOLERANCE, relative_error
+from schedules.timeline import COMPUTE_NAMES, read_table
+
+SPEC = ModelSpec(model="mlp", layers=2, hidden=8, batch_size=4)
+
+
+@pytest.fixture(scope="module")
+def run():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=60))
+    try:
+        program = schedules.lower(schedules.build("interleaved", ranks=1, microbatches=2, chunks=2))
+        model = build_model(SPEC)
+        result = execute(program, model, RunOptions(steps=2, check=True, timeout=60))
+    finally:
+        dist.destroy_process_group()
+    return program, model, result
+
+
+def test_summary_agrees_with_its_tables_and_a_full_batch_run(run):
+    program, model, result = run
+    summary = result.summary
+    assert result.passed is True and summary["check"]["passed"] is True
+    assert (summary["schedule"], summary["ranks"], summary["microbatches"], summary["chunks"], summary["stages"]) == (
+        "interleaved", 1, 2, 2, 2)
+    assert summary["placement"] == "looped" and summary["microbatch_sizes"] == [2, 2]
+    assert summary["steps"] == 2 and len(summary["step_times"]) == 2 and summary["warmup"] == 0
+    assert summary["batch_bytes"] == model.inputs.nbytes + model.targets.nbytes
+    # The loss of one process on the full batch, from the module itself.
+    full = model.full_module()
+    with torch.no_grad():
+        loss = float(model.loss(full(model.inputs), model.targets))
+    assert summary["loss"] == pytest.approx(loss, rel=1e-6)
+    timeline = result.timeline
+    assert len(timeline) == 2 * program.num_actions and set(timeline["step"]) == {0, 1}
+    ratios, spans = [], []
+    for _, rows in timeline.groupby("step"):
+        compute = rows[rows["kind"].isin(COMPUTE_NAMES)]
+        busy = (compute["end"] - compute["start"]).sum()
+        ratios.append(1 - busy / rows["end"].max())
+        span = compute["end"].max() - compute["start"].min()
+        spans.append((span - busy) / span)
+    assert summary["bubble_ratio"] == pytest.approx(sum(ratios) / 2, rel=1e-9)
+    assert summary["bubble_ratio_rank_span"] == pytest.approx(sum(spans) / 2, rel=1e-9)
+    assert summary["makespan_median"] == pytest.approx(timeline.groupby("step")["end"].max().mean(), rel=1e-12)
+    assert summary["peak_activation_bytes"] == [int(result.memory["bytes"].max())]
+    costs = summary["stage_costs"]
+    assert [(c["stage"], c["rank"], c["chunk"], c["layers"]) for c in costs] == [(0, 0, 0, [0, 1]), (1, 0, 1, [1, 2])]
+    hidden = SPEC.hidden
+    assert [c["params"] for c in costs] == [hidden * hidden + hidden] * 2
+    assert [c["param_bytes"] for c in costs] == [4 * (hidden * hidden + hidden)] * 2
+    assert costs[0]["output_bytes_per_microbatch"] == 2 * hidden * 4 and costs[1]["output_bytes_per_microbatch"] is None
+    assert all(c["F_seconds"] > 0 and c["B_seconds"] > 0 for c in costs)
+    check = summary["check"]
+    assert check["parameters_checked"] == 4 and check["parameters_missing"] == []
+    assert check["tolerance"] == TOLERANCE == 1e-4 and check["max_relative_error"] < 1e-5
+
+
+def test_outputs_are_written_readable_and_summary_last(run, tmp_path):
+    program, _, result = run
+    out = tmp_path / "run"
+    write_outputs(result, program, out)
+    assert sorted(p.name for p in out.iterdir()) == ["memory.csv", "program.json", "summary.json", "timeline.csv"]
+    assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(result.summary))
+    assert stat.S_IMODE((out / "summary.json").stat().st_mode) == 0o644
+    assert len(read_table(out / "timeline.csv", "timeline")) == len(result.timeline)
+    assert schedules.load_program_json(out / "program.json") == program
+    clear_summary(out)
+    assert not (out / "summary.json").exists() and (out / "timeline.csv").exists()
+    clear_summary(out)  # nothing to remove: no error
+
+
+def test_printed_summary(run):
+    _, _, result = run
+    s = result.summary
+    text = format_summary(s).splitlines()
+    assert text[0] == f"interleaved: p=1 m=2 v=2 (looped placement), model {s['model']}"
+    assert text[2] == f"step time median {s['step_time_median'] * 1e3:.2f} ms over 2 steps (after 0 warm-up)"
+    assert text[3] == f"bubble ratio {s['bubble_ratio']:.3f} (rank-span {s['bubble_ratio_rank_span']:.3f})"
+    assert text[5] == f"loss {s['loss']:.6g}"
+    assert text[6].startswith("  stage 0 (rank 0, layers 0..0): F ") and " B " in text[6]
+    assert text[-1].startswith("check PASSED: largest relative gradient error ") and text[-1].endswith(
+        "tolerance 0.0001")
+    failed = {**s, "check": {**s["check"], "passed": False, "parameters_missing": ["b", "c"]}}
+    assert format_summary(failed).splitlines()[-1].startswith("check FAILED")
+    assert format_summary(failed).endswith("; no gradient for b, c")
+
+
+def _payload(errors, loss, names=None, coords=(0, 0, 0), digest="d"):
+    """One rank's check payload: its gradients' errors, its last stage's loss (or None)."""
+    return {"coords": coords, "loss": loss,
+            "check": {"errors": errors, "reference_loss": 2.0, "names": sorted(names or errors), "grad_digest": digest}}
+
+
+def test_verdict_rules():
+    exact = _verdict([_payload({"a": 0.0}, None, names=["a", "b"]), _payload({"b": 0.0}, 2.0, coords=(1, 0, 0))], 1e-4)
+    assert exact["passed"] is True and exact["parameters_checked"] == 2 and exact["loss_relative_error"] == 0.0
+    at_tolerance = _verdict([_payload({"a": 1e-4, "b": 5e-5}, 2.0 * (1 + 1e-4))], 1e-4)
+    assert at_tolerance["passed"] is True and at_tolerance["worst_parameter"] == "a"
+    assert at_tolerance["max_relative_error"] == 1e-4
+    assert at_tolerance["loss_relative_error"] == pytest.approx(1e-4, rel=1e-9)
+    assert _verdict([_payload({"a": 1.01e-4}, 2.0)], 1e-4)["passed"] is False
+    assert _verdict([_payload({"a": 0.0}, 2.0 * (1 + 1.01e-4))], 1e-4)["passed"] is False  # the loss alone
+    missing = _verdict([_payload({"a": 0.0}, 2.0, names=["a", "b"])], 1e-4)
+    assert missing["passed"] is False and missing["parameters_missing"] == ["b"]
+    assert _verdict([_payload({"a": 0.0}, None)], 1e-4)["passed"] is False  # no rank saw the loss
+    # Two data-parallel replicas of one stage: the worse error counts, their losses are averaged,
+    # and their gradients must be bit-identical.
+    replicas = [_payload({"a": 1e-6}, 1.9, coords=(0, 0, 0)), _payload({"a": 3e-6}, 2.1, coords=(0, 1, 0))]
+    both = _verdict(replicas, 1e-4)
+    assert both["passed"] is True and both["max_relative_error"] == 3e-6 and both["loss_relative_error"] < 1e-12
+    replicas[1]["check"]["grad_digest"] = "other"
+    diverged = _verdict(replicas, 1e-4)
+    assert diverged["passed"] is False and diverged["replicas_identical"] is False
+
+
+def test_relative_error_is_scaled_by_the_reference():
+    want = torch.tensor([2.0, -4.0])
+    assert relative_error(torch.tensor([2.0, -3.0]), want) == pytest.approx(0.25)
+    assert relative_error(None, want) == 1.0  # a missing gradient counts as zeros
+    assert relative_error(torch.zeros(2), torch.zeros(2)) == 0.0
+    assert relative_error(torch.ones(2), torch.zeros(2)) == float("inf")
