@@ -37,6 +37,14 @@ def _local(tensor: Tensor) -> Tensor:
     return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
+def _done(work) -> bool:
+    """Whether `work` has ended; one that failed counts as ended (`settle` raises its error)."""
+    try:
+        return work.is_completed()
+    except RuntimeError:
+        return True
+
+
 def buckets(params: list[nn.Parameter], cap: int = BUCKET_BYTES) -> list[list[nn.Parameter]]:
     """`params` in reverse order, cut into runs of at most `cap` bytes (a larger tensor alone)."""
     out: list[list[nn.Parameter]] = []
@@ -71,8 +79,8 @@ class GradReducer:
         self.rank = rank
         self.timeout = timeout
         self._delta = datetime.timedelta(seconds=timeout)
-        # On NCCL a work is waited on stream-ordered; is_completed polls would block nothing
-        # but report only the host's view, so ends are stamped once waited (see `settle`).
+        # On NCCL the all-reduce runs on its own stream and is waited for stream-ordered at
+        # the step's end (as receives are: runtime/comm.py); its end is stamped there.
         self.stream_ordered = stream_ordered
         self.in_flight: list[Reduction] = []
 
@@ -101,7 +109,7 @@ class GradReducer:
         if self.stream_ordered:
             return
         for reduction in self.in_flight:
-            if not reduction.ended and all(work.is_completed() for work, _, _ in reduction.parts):
+            if not reduction.ended and all(_done(work) for work, _, _ in reduction.parts):
                 ends[reduction.position] = stamp()
                 reduction.ended = True
 
@@ -111,7 +119,10 @@ class GradReducer:
         for reduction in self.in_flight:
             for work, flat, bucket in reduction.parts:
                 try:
-                    work.wait(timeout=self._delta) if not self.stream_ordered else work.wait()
+                    if self.stream_ordered:
+                        work.wait()
+                    else:
+                        work.wait(timeout=self._delta)
                 except RuntimeError as exc:
                     raise self._error(reduction.label, exc) from None
                 flat.div_(self.size)

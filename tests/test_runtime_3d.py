@@ -331,3 +331,15 @@ def test_calibrate_and_predict_a_data_parallel_run(tmp_path):
                              env=env, capture_output=True, text=True, timeout=120)
     assert compare.returncode == 0, compare.stderr
     assert json.loads(compare.stdout)["step_time_simulated"] > 0
+
+
+def test_gradients_travel_in_buckets_from_the_last_parameter_back():
+    """DDP's bucketing: reverse order, at most `cap` bytes each, an oversized tensor alone."""
+    from torch import nn
+
+    from runtime.data_parallel import buckets
+
+    p10, p20, p30 = (nn.Parameter(torch.zeros(n)) for n in (10, 20, 30))  # 40, 80, 120 bytes
+    assert buckets([p10, p20, p30], cap=128) == [[p30], [p20, p10]]
+    assert buckets([p10, p20, p30], cap=100) == [[p30], [p20], [p10]]
+    assert buckets([p10, p20, p30]) == [[p30, p20, p10]]
