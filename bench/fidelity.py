@@ -8,7 +8,7 @@ locked runs of the shared machine do not land between them:
 
 1. in each round (below), two calibration runs with ``--profile-layers --profile-p2p`` at m = 2p: 1F1B (F and B) and
    ZB-H1 (F, I and W), calibrated alone (``1f1b``) and together (``1f1b+zb-h1``,
-   `sim.calibration.calibrate_runs`); each calibration's self-replay error and the run's
+   `sim.calibration.calibrate_runs`); each calibration's self-replay error (`sim.quality.assess`) and the run's
    step-time spread come from its quality report;
 2. every schedule of SCHEDULES at m = p and m = 4p, one run each (zb-auto is left out: its
    program is planned from costs, so it is not one fixed program to predict; looped-bfs, to
@@ -53,6 +53,7 @@ import pandas as pd  # noqa: E402
 
 from sim import simulate  # noqa: E402
 from sim.calibration import calibrate, calibrate_runs  # noqa: E402
+from sim.quality import assess  # noqa: E402
 from sim.costs import CostError  # noqa: E402
 from sim.measured import read_measured  # noqa: E402
 
@@ -168,8 +169,9 @@ def main() -> int:
             cal_runs = {s: read_measured(run_case(base / f"calibrate-{s}{suffix}", model, rows, p, s, 2 * p,
                                                   args.calibration_steps, args.warmup, True, args.reuse))
                         for s in ("1f1b", "zb-h1")}
-            rounds.append({"1f1b": calibrate(cal_runs["1f1b"]),
-                           "1f1b+zb-h1": calibrate_runs([cal_runs["1f1b"], cal_runs["zb-h1"]])})
+            pair = [cal_runs["1f1b"], cal_runs["zb-h1"]]
+            rounds.append({"1f1b": assess(calibrate(cal_runs["1f1b"]), [cal_runs["1f1b"]]),
+                           "1f1b+zb-h1": assess(calibrate_runs(pair), pair)})
             for schedule, m in cases:
                 measured[(schedule, m)].append(read_measured(run_case(
                     base / f"{schedule}-m{m}{suffix}", model, rows, p, schedule, m, args.steps, args.warmup, False,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -48,14 +49,14 @@ def checkout(commit: str, into: Path) -> Path:
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "schedules"], check=True, capture_output=True).stdout
     target = into / commit
     with tarfile.open(fileobj=BytesIO(archive)) as tar:
-        tar.extractall(target)
+        tar.extractall(target, filter="data")
     return target
 
 
 def measure(path: Path) -> dict[str, list]:
     # cwd=path: `python -c` puts the working directory first on sys.path.
     run = subprocess.run([sys.executable, "-c", MEASURE, json.dumps(SHAPES)], check=True, capture_output=True, text=True, cwd=path,
-                         env={"PYTHONPATH": str(path), "PATH": "/usr/bin:/bin"})
+                         env={**os.environ, "PYTHONPATH": str(path)})
     return json.loads(run.stdout)
 
 

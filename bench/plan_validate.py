@@ -11,9 +11,9 @@ and compared on the metric its source reports:
   no distributed optimizer (ZeRO 0).
 - Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models"):
   model FLOPs utilization of 22B/175B/530B/1T with selective recomputation and sequence
-  parallelism, data-parallel size 1 (MFU from the Megatron-LM README's table; t, p, GPUs and
-  batch from the paper's Table 3 as recalled, not checked against its text, which could not be
-  retrieved: batch 4/64/280/512, microbatch 1).
+  parallelism, data-parallel size 1 (MFU and the data-parallel size from the Megatron-LM
+  README's text and table; t, p, GPUs and batch from the paper's Table 3 as recalled, not
+  checked against its text, which could not be retrieved: batch 4/64/280/512, microbatch 1).
 - Llama Team 2024 ("The Llama 3 Herd of Models"), Table 4: 405B on 8,192 and 16,384 H100s,
   TP 8, PP 16, 8,192 tokens, 16M tokens per batch; TFLOP/s per GPU. Trained without
   activation checkpointing but with fused (flash) attention, which keeps no attention scores

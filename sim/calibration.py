@@ -89,10 +89,11 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   bandwidth term; without a profile, bandwidth is unlimited and the latency is the in-run
   mean. A prediction takes d from the run it predicts (`for_run`).
 
-**Quality** (``quality``): the calibration replays each run it was fitted on and stores,
-per run, the measured median step time, the simulated one, the signed self-replay error,
+**Quality** (``quality``, filled by sim.quality.assess, which replays the calibration on
+each run it was fitted on with the engine: the fit itself simulates nothing): per run, the
+measured median step time, the simulated one, the signed self-replay error,
 and the run's step-time spread (interquartile range over the median); `warnings` lists
-every run whose error or spread exceeds QUALITY_LIMIT, so that a user can tell a model
+every run whose error or spread exceeds sim.quality.QUALITY_LIMIT, so that a user can tell a model
 miss (error beyond the spread) from a noisy machine (spread as large as the error).
 
 **Several runs** (`calibrate_runs`, same model and microbatch size): each run is fitted
@@ -124,7 +125,6 @@ from schedules.posting import PostAhead, post_positions
 from schedules.stages import ROLES, balanced_layers, role_of
 
 from .costs import CostError, CostModel
-from .engine import simulate
 from .measured import MeasuredRun
 
 FORMAT = "bubblescope-calibration"
@@ -132,7 +132,6 @@ VERSION = 3
 RECV_QUANTILE = 0.10
 SPREAD_QUANTILES = 32
 SPREAD_DRAWS = 49
-QUALITY_LIMIT = 0.03  # self-replay error or step-time spread (IQR / median) worth a warning
 
 
 @dataclass(frozen=True)
@@ -371,14 +370,14 @@ def is_calibration(data: Any) -> bool:
 
 # ---------------------------------------------------------------------------- fitting
 def calibrate(run: MeasuredRun) -> Calibration:
-    """Fit every parameter of the module docstring from `run` (and its profile.json), and
-    report how well it replays the run (``quality``)."""
+    """Fit every parameter of the module docstring from `run` (and its profile.json);
+    sim.quality.assess adds how well it replays the run."""
     return calibrate_runs([run])
 
 
 def calibrate_runs(runs: Sequence[MeasuredRun]) -> Calibration:
     """One calibration from several runs of the same model and microbatch size (module
-    docstring), with the quality of its replay of each."""
+    docstring); sim.quality.assess adds the quality of its replay of each."""
     if not runs:
         raise CostError("calibrate needs at least one run")
     fitted = [_fit_one(run) for run in runs]
@@ -393,7 +392,7 @@ def calibrate_runs(runs: Sequence[MeasuredRun]) -> Calibration:
     pooled = [np.concatenate([r[j] for _, r in fitted]) for j in (0, 1, 2)]
     calibration = replace(calibration, duration_spread=spread_quantiles(pooled[0]),
                           transfer_spread=spread_quantiles(pooled[1]), rank_spread=spread_quantiles(pooled[2]))
-    return replace(calibration, quality=quality_of(calibration, runs))
+    return calibration
 
 
 def _combine(calibrations: list[Calibration], runs: Sequence[MeasuredRun]) -> Calibration:
@@ -420,32 +419,6 @@ def _combine(calibrations: list[Calibration], runs: Sequence[MeasuredRun]) -> Ca
              for k in COMPUTE_NAMES if any(k in c.speed_ratio for c in calibrations)}
     return replace(first, compute=compute, speed_ratio=ratio, p2p_bandwidth=bandwidth,
                    source={**first.source, "runs": [str(r.path) for r in runs]}, **scalars)
-
-
-def quality_of(calibration: Calibration, runs: Sequence[MeasuredRun]) -> dict[str, Any]:
-    """Per run: measured and simulated median step time, self-replay error, step-time spread
-    (IQR / median); and warnings for those beyond QUALITY_LIMIT (module docstring)."""
-    per_run, warnings = [], []
-    for run in runs:
-        simulated = simulate(run.program, calibration.for_run(run)).step_time
-        times = np.array(run.step_times)
-        measured = float(np.median(times))
-        q1, q3 = np.percentile(times, [25, 75])
-        entry = {
-            "run": str(run.path), "schedule": run.program.schedule.name, "steps": len(times),
-            "step_time_measured": measured, "step_time_simulated": simulated,
-            "self_replay_error": (simulated - measured) / measured if measured else 0.0,
-            "step_time_spread": float((q3 - q1) / measured) if measured else 0.0,
-        }
-        per_run.append(entry)
-        if abs(entry["self_replay_error"]) > QUALITY_LIMIT:
-            warnings.append(f"{run.path}: the calibration replays the run {100 * entry['self_replay_error']:+.1f}% "
-                            f"off its measured step time (beyond {100 * QUALITY_LIMIT:.0f}%)")
-        if entry["step_time_spread"] > QUALITY_LIMIT:
-            warnings.append(f"{run.path}: its step times spread {100 * entry['step_time_spread']:.1f}% (IQR / "
-                            f"median; beyond {100 * QUALITY_LIMIT:.0f}%): a noisy machine, predictions are as "
-                            "uncertain")
-    return {"runs": per_run, "warnings": warnings}
 
 
 def quality_lines(quality: Mapping[str, Any]) -> list[str]:

@@ -21,9 +21,8 @@ from test_calibrate import write_run
 
 from sim import CostError
 from sim.__main__ import main
-from sim.calibration import (
-    QUALITY_LIMIT, SPREAD_QUANTILES, calibrate, calibrate_runs, spread_quantiles, spread_residuals,
-)
+from sim.calibration import SPREAD_QUANTILES, calibrate, calibrate_runs, spread_quantiles, spread_residuals
+from sim.quality import QUALITY_LIMIT, assess
 from sim.comparison import compare_run
 from sim.measured import read_measured
 
@@ -38,7 +37,8 @@ def runs(tmp_path_factory):
 
 
 def test_a_run_without_spread_calibrates_to_none_and_replays_exactly(runs):
-    c = calibrate(read_measured(runs / "1f1b"))
+    run = read_measured(runs / "1f1b")
+    c = assess(calibrate(run), [run])
     assert c.duration_spread == () and c.transfer_spread == ()
     (entry,) = c.quality["runs"]
     assert abs(entry["self_replay_error"]) < 1e-12
@@ -55,7 +55,7 @@ def test_run_slower_than_its_profile_on_one_role_is_replayed_exactly(runs, tmp_p
     truth = write_run(tmp_path / "run", "1f1b", 8)
     shutil.copy(runs / "1f1b" / "profile.json", tmp_path / "run" / "profile.json")  # the unaltered machine's
     run = read_measured(tmp_path / "run")
-    c = calibrate(run)
+    c = assess(calibrate(run), [run])
     assert c.speed_ratio["B"] > 1.0
     costs = c.for_run(run)
     layers = [b - a for a, b in run.stage_layers]
@@ -127,7 +127,8 @@ def test_quality_reports_the_step_time_spread(runs, tmp_path):
     memory = pd.read_csv(runs / "1f1b" / "memory.csv")
     one = memory[memory["step"] == 0]
     pd.concat([one.assign(step=k) for k in range(len(factors))]).to_csv(tmp_path / "run" / "memory.csv", index=False)
-    c = calibrate(read_measured(tmp_path / "run"))
+    run = read_measured(tmp_path / "run")
+    c = assess(calibrate(run), [run])
     (entry,) = c.quality["runs"]
     assert entry["step_time_spread"] == pytest.approx(0.10, abs=1e-12)
     assert abs(entry["self_replay_error"]) < 1e-12
@@ -138,7 +139,8 @@ def test_quality_reports_the_step_time_spread(runs, tmp_path):
 
 
 def test_several_runs_of_one_machine_give_its_parameters(runs):
-    both = calibrate_runs([read_measured(runs / "1f1b"), read_measured(runs / "interleaved")])
+    pair = [read_measured(runs / "1f1b"), read_measured(runs / "interleaved")]
+    both = assess(calibrate_runs(pair), pair)
     for kind in ("F", "B"):
         assert both.compute[kind].per_layer == pytest.approx(synth.PER_LAYER[kind], rel=1e-9)
         for role, value in synth.FIXED[kind].items():

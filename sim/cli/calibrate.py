@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from schedules import ScheduleError
 
 from ..calibration import calibrate_runs
+from ..quality import assess
 from ..costs import CostError
 from ..measured import read_measured
 from .args import fail
@@ -59,7 +60,8 @@ def handle(args: argparse.Namespace) -> int:
     """Handle `sim calibrate`; returns the exit code."""
     options = CalibrateOptions.from_args(args)
     try:
-        calibration = calibrate_runs([read_measured(run) for run in options.runs])
+        runs = [read_measured(run) for run in options.runs]
+        calibration = assess(calibrate_runs(runs), runs)
         calibration.to_json(options.output)
     except (ScheduleError, CostError) as exc:
         return fail("calibrate", str(exc))

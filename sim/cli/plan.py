@@ -10,10 +10,15 @@ import argparse
 import json
 import sys
 
-from ..planner import PlanError, PlanRequest, Space, load_model, make_cluster, plan
+# The planner's modules by name, not through its package: this module then stands right
+# above what it calls (the package gathers them all).
 from ..planner.calibrated import calibrated_request, load_calibration
-from ..planner.cluster import GPUS, load_overrides
-from ..planner import report
+from ..planner.cluster import GPUS, load_overrides, make_cluster
+from ..planner.config import Space
+from ..planner.errors import PlanError
+from ..planner.models import load_model
+from ..planner.report import explain, format_table, records, summary_line, table, torchrun_command
+from ..planner.search import PlanRequest, plan
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -147,18 +152,18 @@ def handle(args: argparse.Namespace) -> int:
         print(f"sim plan: error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(report.records(result), indent=2))
+        print(json.dumps(records(result), indent=2))
     elif args.csv:
-        print(report.table(result).to_csv(index=False), end="")
+        print(table(result).to_csv(index=False), end="")
     else:
-        print(report.format_table(result))
-        print(report.summary_line(result), file=sys.stderr)
+        print(format_table(result))
+        print(summary_line(result), file=sys.stderr)
     if args.explain:
         print()
-        print(report.explain(result))
+        print(explain(result))
     if args.emit == "torchrun":
         print()
-        print(report.torchrun_command(result))
+        print(torchrun_command(result))
     if args.figure:
         from ..plot.plan import plot_plan
 

@@ -25,8 +25,8 @@ from typing import Iterator, Sequence
 
 import schedules
 
+from .axes import RECOMPUTE
 from .errors import PlanError
-from .memory import RECOMPUTE
 from .models import Transformer
 
 SPLIT_BACKWARD = ("zb-h1", "zb-h2", "zbv")  # schedules that run I and W apart

@@ -37,13 +37,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .axes import RECOMPUTE
 from .models import Transformer
 
 ADAM_K = 12  # bytes of optimizer state per parameter, mixed-precision Adam (ZeRO's K)
 WEIGHT_BYTES = 2
 GRADIENT_BYTES = 2
 KEPT_FOR_W = 32 / 34  # share of a layer's non-core activations W needs after I (Qi et al. 2024)
-RECOMPUTE = ("none", "selective", "full")
 
 
 @dataclass(frozen=True)

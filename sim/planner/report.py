@@ -10,7 +10,8 @@ import pandas as pd
 import schedules
 
 from . import collectives, flops, memory
-from .search import AXES, Evaluation, Plan
+from .axes import AXES
+from .search import Evaluation, Plan
 from .stage_costs import group_link
 
 GB = 1e9

@@ -46,6 +46,7 @@ from sim.calibration import Calibration
 from sim.engine import compile_program, replay
 from sim.costs import CostError
 
+from .axes import AXES
 from .cluster import Cluster
 from .config import Config, Space, enumerate_configs
 from .errors import PlanError
@@ -54,7 +55,6 @@ from .programs import ProgramCache, Shape, activation_peaks
 from .stage_costs import ConfigCosts, Pricer, RankMemory, calibrated_costs
 from .throughput import Throughput
 
-AXES = ("tp", "pp", "microbatch_size", "schedule", "chunks", "zero", "recompute", "sequence_parallel")
 
 
 @dataclass(frozen=True)

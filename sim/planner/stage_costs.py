@@ -10,14 +10,15 @@ backward.
 adjacent, data-parallel ranks next (stride t), pipeline ranks outermost (stride t x d). A
 collective group whose span fits in a node runs on the intra-node link. One that spans
 nodes runs at the inter-node bandwidth and latency of one GPU's adapter, however many of
-its ranks share a node: every rank moves its whole ring volume, (n-1)/n x N per
-all-gather or reduce-scatter, through its own adapter. NCCL's ideal, where the k ranks on a
-node form k rings that each cross between nodes once, would give k x that; the published
-runs do not reach it: SC'21's ZeRO-3 runs (Table 2) take the
-same 66.7 s per iteration on 768 and 1536 GPUs (by their eq. 3), each GPU moving the same bytes, and its
-Table 1 runs with t = 1 and 2 (eight and four data-parallel ranks per node) were
-over-predicted by 7% and 4% with it (README, "Planning a training run"). A pipeline boundary
-uses the intra-node link when its two stages' ranks sit on one node, else one adapter.
+its ranks share a node: every rank moves its whole ring volume, (n-1)/n x N per all-gather
+or reduce-scatter, through its own adapter. NCCL's ideal, where the k ranks on a node form
+k rings that each cross between nodes once, would give k x that. The published runs mostly
+side with one adapter: SC'21's ZeRO-3 runs (Table 2) take the same 66.7 s per iteration on
+768 and 1536 GPUs (by their eq. 3), each GPU moving the same bytes, and its Table 1 runs
+with t = 1 and 2 (eight and four data-parallel ranks per node) were over-predicted by 7% and
+4% with k x; against it, its Fig. 14 and 15 at batch 32 (README, "Planning a training run").
+A pipeline boundary uses the intra-node link when its two stages' ranks sit on one node,
+else one adapter.
 
 **Compute per stage** (sim.planner.throughput for the achieved-throughput model): its
 layers (schedules.stages.balanced_layers: the executor's balanced cut), plus the embedding

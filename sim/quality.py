@@ -1,0 +1,51 @@
+"""How far a calibration is to be trusted: it replays each run it was fitted on.
+
+A calibration that cannot replay its own runs has left something out of the model; one
+whose runs' step times spread widely was fitted on a noisy machine. Both are reported so
+that a user can tell a model miss (error beyond the spread) from noise (spread as large as
+the error). Kept apart from sim.calibration because it simulates: fitting does not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Sequence
+
+import numpy as np
+
+from .calibration import Calibration
+from .engine import simulate
+from .measured import MeasuredRun
+
+QUALITY_LIMIT = 0.03  # self-replay error or step-time spread (IQR / median) worth a warning
+
+
+def assess(calibration: Calibration, runs: Sequence[MeasuredRun]) -> Calibration:
+    """`calibration` with its ``quality`` (quality_of) on the runs it was fitted on."""
+    return replace(calibration, quality=quality_of(calibration, runs))
+
+
+def quality_of(calibration: Calibration, runs: Sequence[MeasuredRun]) -> dict[str, Any]:
+    """Per run: measured and simulated median step time, self-replay error, step-time spread
+    (IQR / median); and warnings for those beyond QUALITY_LIMIT (sim.calibration's module docstring)."""
+    per_run, warnings = [], []
+    for run in runs:
+        simulated = simulate(run.program, calibration.for_run(run)).step_time
+        times = np.array(run.step_times)
+        measured = float(np.median(times))
+        q1, q3 = np.percentile(times, [25, 75])
+        entry = {
+            "run": str(run.path), "schedule": run.program.schedule.name, "steps": len(times),
+            "step_time_measured": measured, "step_time_simulated": simulated,
+            "self_replay_error": (simulated - measured) / measured if measured else 0.0,
+            "step_time_spread": float((q3 - q1) / measured) if measured else 0.0,
+        }
+        per_run.append(entry)
+        if abs(entry["self_replay_error"]) > QUALITY_LIMIT:
+            warnings.append(f"{run.path}: the calibration replays the run {100 * entry['self_replay_error']:+.1f}% "
+                            f"off its measured step time (beyond {100 * QUALITY_LIMIT:.0f}%)")
+        if entry["step_time_spread"] > QUALITY_LIMIT:
+            warnings.append(f"{run.path}: its step times spread {100 * entry['step_time_spread']:.1f}% (IQR / "
+                            f"median; beyond {100 * QUALITY_LIMIT:.0f}%): a noisy machine, predictions are as "
+                            "uncertain")
+    return {"runs": per_run, "warnings": warnings}
