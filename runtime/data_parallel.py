@@ -9,10 +9,14 @@ full-batch gradient, bit-identical on every replica (one all-reduce result).
 As torch's DistributedDataParallel does, gradients travel in buckets (flat buffers of at
 most `BUCKET_BYTES`, DDP's default bucket_cap_mb of 25, filled from the stage's last
 parameters back, the order backward produces them) with one asynchronous all-reduce each
-(SUM, then divided by d: gloo has no AVG). Under tensor parallelism a sharded (DTensor)
-gradient is reduced as its local shard: each tp rank's dp group holds the same shard. REDUCE_GRAD only launches them, so they overlap
+(SUM, then divided by d: gloo has no AVG). REDUCE_GRAD only launches them, so they overlap
 whatever the stream still runs (the rest of the pipeline's drain); `settle` waits for all
 of them, within the timeout, before the step ends, and copies the averages back.
+
+Under tensor parallelism a parameter is a DTensor sharded over the tp group: each rank
+all-reduces its local shard with the same shard of the other replicas (its dp group
+holds one rank per replica at the same tp coordinate), and gets a DTensor gradient back
+with the parameter's placements.
 """
 
 from __future__ import annotations
@@ -30,19 +34,6 @@ from .comm import reason
 from .errors import PeerError
 
 BUCKET_BYTES = 25 * 2**20
-
-
-def _local(tensor: Tensor) -> Tensor:
-    """The tensor this rank holds: a DTensor's local shard, else the tensor itself."""
-    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
-
-
-def _done(work) -> bool:
-    """Whether `work` has ended; one that failed counts as ended (`settle` raises its error)."""
-    try:
-        return work.is_completed()
-    except RuntimeError:
-        return True
 
 
 def buckets(params: list[nn.Parameter], cap: int = BUCKET_BYTES) -> list[list[nn.Parameter]]:
@@ -79,8 +70,8 @@ class GradReducer:
         self.rank = rank
         self.timeout = timeout
         self._delta = datetime.timedelta(seconds=timeout)
-        # On NCCL the all-reduce runs on its own stream and is waited for stream-ordered at
-        # the step's end (as receives are: runtime/comm.py); its end is stamped there.
+        # On NCCL a work is waited on stream-ordered; is_completed polls would block nothing
+        # but report only the host's view, so ends are stamped once waited (see `settle`).
         self.stream_ordered = stream_ordered
         self.in_flight: list[Reduction] = []
 
@@ -93,10 +84,9 @@ class GradReducer:
         reduction = Reduction(position, label)
         if self.size > 1:
             for bucket in buckets(params):
-                for p in bucket:
-                    if p.grad is None:  # every replica reduces the same layout
-                        p.grad = torch.zeros_like(p)
-                flat = torch.cat([_local(p.grad).detach().reshape(-1) for p in bucket])
+                flat = torch.cat([
+                    _local(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in bucket
+                ])
                 try:
                     work = dist.all_reduce(flat, group=self.group, async_op=True)
                 except RuntimeError as exc:
@@ -128,9 +118,12 @@ class GradReducer:
                 flat.div_(self.size)
                 offset = 0
                 for p in bucket:
-                    local = _local(p.grad)
+                    local = _local(p)
                     n = local.numel()
-                    local.detach().copy_(flat[offset:offset + n].view_as(local))
+                    grad = flat[offset:offset + n].view_as(local)
+                    if isinstance(p, DTensor):
+                        grad = DTensor.from_local(grad, p.device_mesh, p.placements, run_check=False)
+                    p.grad = grad
                     offset += n
             if not reduction.ended:
                 ends[reduction.position] = stamp()
@@ -141,3 +134,16 @@ class GradReducer:
             f"rank {self.rank}: gave up on {label} (all-reduce on the dp group, ranks "
             f"{', '.join(map(str, self.ranks))}): {reason(exc, -1, self.timeout)}"
         )
+
+
+def _done(work) -> bool:
+    """Whether `work` has ended; one that failed counts as ended (`settle` raises its error)."""
+    try:
+        return work.is_completed()
+    except RuntimeError:
+        return True
+
+
+def _local(tensor: Tensor) -> Tensor:
+    """This rank's part of `tensor`: a DTensor's local shard, any other tensor itself."""
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
