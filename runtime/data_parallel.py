@@ -99,7 +99,7 @@ class GradReducer:
         if self.stream_ordered:
             return
         for reduction in self.in_flight:
-            if not reduction.ended and all(work.is_completed() for work, _, _ in reduction.parts):
+            if not reduction.ended and all(_done(work) for work, _, _ in reduction.parts):
                 ends[reduction.position] = stamp()
                 reduction.ended = True
 
@@ -109,7 +109,10 @@ class GradReducer:
         for reduction in self.in_flight:
             for work, flat, bucket in reduction.parts:
                 try:
-                    work.wait(timeout=self._delta) if not self.stream_ordered else work.wait()
+                    if self.stream_ordered:
+                        work.wait()
+                    else:
+                        work.wait(timeout=self._delta)
                 except RuntimeError as exc:
                     raise self._error(reduction.label, exc) from None
                 flat.div_(self.size)
@@ -131,6 +134,14 @@ class GradReducer:
             f"rank {self.rank}: gave up on {label} (all-reduce on the dp group, ranks "
             f"{', '.join(map(str, self.ranks))}): {reason(exc, -1, self.timeout)}"
         )
+
+
+def _done(work) -> bool:
+    """Whether `work` has ended; one that failed counts as ended (`settle` raises its error)."""
+    try:
+        return work.is_completed()
+    except RuntimeError:
+        return True
 
 
 def _local(tensor: Tensor) -> Tensor:
