@@ -12,6 +12,11 @@ parameters back, the order backward produces them) with one asynchronous all-red
 (SUM, then divided by d: gloo has no AVG). REDUCE_GRAD only launches them, so they overlap
 whatever the stream still runs (the rest of the pipeline's drain); `settle` waits for all
 of them, within the timeout, before the step ends, and copies the averages back.
+
+Under tensor parallelism a parameter is a DTensor sharded over the tp group: each rank
+all-reduces its local shard with the same shard of the other replicas (its dp group
+holds one rank per replica at the same tp coordinate), and gets a DTensor gradient back
+with the parameter's placements.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
+from torch.distributed.tensor import DTensor
 
 from .comm import reason
 from .errors import PeerError
@@ -35,7 +41,7 @@ def buckets(params: list[nn.Parameter], cap: int = BUCKET_BYTES) -> list[list[nn
     out: list[list[nn.Parameter]] = []
     size = cap
     for p in reversed(params):
-        nbytes = p.numel() * p.element_size()
+        nbytes = _local(p).numel() * p.element_size()
         if size + nbytes > cap:
             out.append([])
             size = 0
@@ -79,7 +85,7 @@ class GradReducer:
         if self.size > 1:
             for bucket in buckets(params):
                 flat = torch.cat([
-                    (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in bucket
+                    _local(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in bucket
                 ])
                 try:
                     work = dist.all_reduce(flat, group=self.group, async_op=True)
@@ -93,7 +99,7 @@ class GradReducer:
         if self.stream_ordered:
             return
         for reduction in self.in_flight:
-            if not reduction.ended and all(work.is_completed() for work, _, _ in reduction.parts):
+            if not reduction.ended and all(_done(work) for work, _, _ in reduction.parts):
                 ends[reduction.position] = stamp()
                 reduction.ended = True
 
@@ -103,14 +109,21 @@ class GradReducer:
         for reduction in self.in_flight:
             for work, flat, bucket in reduction.parts:
                 try:
-                    work.wait(timeout=self._delta) if not self.stream_ordered else work.wait()
+                    if self.stream_ordered:
+                        work.wait()
+                    else:
+                        work.wait(timeout=self._delta)
                 except RuntimeError as exc:
                     raise self._error(reduction.label, exc) from None
                 flat.div_(self.size)
                 offset = 0
                 for p in bucket:
-                    n = p.numel()
-                    p.grad = flat[offset:offset + n].view_as(p)
+                    local = _local(p)
+                    n = local.numel()
+                    grad = flat[offset:offset + n].view_as(local)
+                    if isinstance(p, DTensor):
+                        grad = DTensor.from_local(grad, p.device_mesh, p.placements, run_check=False)
+                    p.grad = grad
                     offset += n
             if not reduction.ended:
                 ends[reduction.position] = stamp()
@@ -121,3 +134,16 @@ class GradReducer:
             f"rank {self.rank}: gave up on {label} (all-reduce on the dp group, ranks "
             f"{', '.join(map(str, self.ranks))}): {reason(exc, -1, self.timeout)}"
         )
+
+
+def _done(work) -> bool:
+    """Whether `work` has ended; one that failed counts as ended (`settle` raises its error)."""
+    try:
+        return work.is_completed()
+    except RuntimeError:
+        return True
+
+
+def _local(tensor: Tensor) -> Tensor:
+    """This rank's part of `tensor`: a DTensor's local shard, any other tensor itself."""
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor

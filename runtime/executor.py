@@ -395,8 +395,6 @@ class _RankState:
             )
         kind = options.transport or ("ordered" if self.backend == "nccl" else "tagged")
         layout = plan.layout
-        # torch's mesh (collective: every rank builds it, before the transport's groups).
-        self.mesh = device_mesh(layout, device.type) if layout.dp * layout.tp > 1 else None
         self.reducer = GradReducer(
             self.mesh["dp"].get_group() if layout.dp > 1 else None, layout.dp_group(self.global_rank),
             self.global_rank, options.timeout, stream_ordered=self.backend == "nccl",

@@ -38,10 +38,11 @@ import torch.distributed as dist
 from schedules import Kind
 from schedules.stages import roles
 
-from .layout import Layout
+from .layout import Layout, device_mesh
 from .memory import SavedTensorMeter
 from .models import PipelineModel, microbatch_sizes
 from .stage import Stage
+from .tensor_parallel import apply_tensor_parallel
 
 PROFILE = "profile.json"
 LAYER_COUNTS = (1, 2, 4)
@@ -58,7 +59,9 @@ def collect(program, model: PipelineModel, device: torch.device, layers: bool, p
     split = any(a.kind is Kind.I for stream in program.streams for a in stream)
     out: dict[str, Any] = {}
     if layers:
-        out["layers"] = profile_layers(model, rows, device, split, schedule.num_stages)
+        # Under tensor parallelism each tp group times its stages split as the run splits them.
+        tp_mesh = device_mesh(layout, device.type)["tp"] if layout.tp > 1 else None
+        out["layers"] = profile_layers(model, rows, device, split, schedule.num_stages, tp_mesh=tp_mesh)
     if p2p and layout.pp > 1:  # one pipeline rank has no peer to ping-pong with
         boundary = _boundary_input(model, model.inputs[:rows].to(device))
         out["p2p"] = profile_p2p(boundary.numel() * boundary.element_size(), device, peer=layout.rank_of(1))
@@ -69,7 +72,7 @@ def collect(program, model: PipelineModel, device: torch.device, layers: bool, p
 
 def profile_layers(
     model: PipelineModel, rows: int, device: torch.device, split: bool, num_stages: int,
-    repeats: int = 10, warmup: int = 2,
+    repeats: int = 10, warmup: int = 2, tp_mesh=None,
 ) -> dict[str, Any] | None:
     """Time stage calls of every role and layer count on this rank; collective, rank 0 gets all."""
     records = []
@@ -82,7 +85,7 @@ def profile_layers(
         for n in counts:
             records.append(
                 _profile_stage(model, range(n), first, last, inputs if first else hidden, targets, rows,
-                               device, split, repeats, warmup)
+                               device, split, repeats, warmup, tp_mesh)
                 | {"rank": dist.get_rank(), "role": role.value, "layers": n}
             )
     gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
@@ -106,8 +109,10 @@ def _boundary_input(model: PipelineModel, inputs: torch.Tensor) -> torch.Tensor:
     return torch.randn(x.shape, generator=generator, dtype=x.dtype).to(x.device)
 
 
-def _profile_stage(model, layers, first, last, x, targets, rows, device, split, repeats, warmup) -> dict:
+def _profile_stage(model, layers, first, last, x, targets, rows, device, split, repeats, warmup, tp_mesh=None) -> dict:
     module = model.stage_module(layers, first, last).to(device)
+    if tp_mesh is not None:
+        module = apply_tensor_parallel(module, tp_mesh)
     # As in the executor: parameters and the batch are not activations, a received input is.
     # On a GPU the batch here is a device copy (.to() returns the CPU tensor itself on CPU).
     batch = [x, targets] if first else [targets]

@@ -9,8 +9,8 @@ step        int64    training step (0 for a simulation; 0..n-1 for a measured ru
 rank        int64    pipeline rank that ran the action
 stage       int64    pipeline stage of the action (for SEND/RECV: as in the action text)
 chunk       int64    index of that stage among its rank's stages (0..v-1)
-microbatch  int64    microbatch index
-kind        str      F, B, I, W, SEND_F, RECV_F, SEND_B or RECV_B
+microbatch  int64    microbatch index (-1 for REDUCE_GRAD, which has none)
+kind        str      F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B or REDUCE_GRAD
 action      str      the action's text form, e.g. ``4F3`` or ``2SEND_B3``
 start       float64  seconds from the step's start (rank clocks aligned at the step start)
 end         float64  seconds from the step's start
@@ -20,7 +20,8 @@ source      str      "sim" or "measured"
 
 For a SEND, [start, end] is the transfer on the wire (simulated) or the time from
 posting the send to its completion (measured). For a RECV it is the time the rank
-waited for the data (from reaching the RECV until the data was there).
+waited for the data (from reaching the RECV until the data was there). For a REDUCE_GRAD
+(data parallelism) it is the stage's gradient all-reduce, from its launch to its end.
 
 A memory table has one row per change of activation memory on a rank:
 step (int64), rank (int64), time (float64 seconds), bytes (int64, activation bytes

@@ -8,7 +8,13 @@ import datetime
 import json
 import math
 import os
+import re
+import signal
 import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -73,8 +79,8 @@ def _executor_runs(layout, configs) -> list[dict]:
 
     runs = []
     for name, m, chunks in configs:
-        program = schedules.lower(schedules.build(name, ranks=layout.pp, microbatches=m, chunks=chunks))
-        spec = ModelSpec(**dict(GPT, layers=program.schedule.num_stages, batch_size=2 * m + 1))
+        program = schedules.lower(schedules.build(name, ranks=layout.pp, microbatches=m, chunks=chunks), layout.dp)
+        spec = ModelSpec(**dict(GPT, layers=program.schedule.num_stages, batch_size=layout.dp * (2 * m + 1)))
         result = execute(program, build_model(spec), RunOptions(check=True, timeout=60, layout=layout))
         if result.summary is not None:
             frame = result.timeline
@@ -146,7 +152,7 @@ def _worker(rank: int, port: int, out: str) -> None:
 
 
 def _pipeline_worker(rank: int, port: int, out: str) -> None:
-    """pp=2 x tp=2 on 4 ranks: every registered schedule through the executor with --check."""
+    """4 ranks: every registered schedule at pp=2 x tp=2, and two at dp=2 x tp=2, with --check."""
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     import torch.distributed as dist
@@ -156,9 +162,56 @@ def _pipeline_worker(rank: int, port: int, out: str) -> None:
 
     dist.init_process_group("gloo", rank=rank, world_size=4, timeout=datetime.timedelta(seconds=60))
     runs = _executor_runs(Layout(2, 1, TP), [(name, 4, None) for name in schedules.available()])
+    runs += _executor_runs(Layout(1, 2, TP), [("1f1b", 2, None), ("zb-h1", 2, None)])
+    sgd = _replicas_after_sgd(Layout(1, 2, TP))
     with open(f"{out}.{rank}", "w") as f:
-        json.dump(runs, f)
+        json.dump({"runs": runs, "sgd": sgd}, f)
     dist.destroy_process_group()
+
+
+def _replicas_after_sgd(layout) -> dict:
+    """Two zb-h1 steps with SGD after each on tp-sharded parameters: every parameter (gathered
+    whole over tp) against one process doing the same on the full batch, and each rank's
+    shard against the same shard of the other dp replicas, bit for bit."""
+    import copy
+    import hashlib
+
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    import schedules
+    from runtime import RunOptions, Session
+
+    program = schedules.lower(schedules.build("zb-h1", ranks=layout.pp, microbatches=2), layout.dp)
+    model = build_model(ModelSpec(**dict(GPT, layers=program.schedule.num_stages, batch_size=2 * layout.dp)))
+    full = copy.deepcopy(model.full_module())
+    reference = torch.optim.SGD(full.parameters(), lr=0.5)
+    for _ in range(2):
+        reference.zero_grad()
+        model.loss(full(model.inputs), model.targets).backward()
+        reference.step()
+    want = dict(full.named_parameters())
+    with Session(program, model, RunOptions(timeout=60, layout=layout)) as session:
+        local = torch.optim.SGD([p for _, p in session.named_parameters()], lr=0.5)
+        for _ in range(2):
+            session.step()
+            local.step()
+        params = sorted(session.named_parameters())
+        sharded = sum(isinstance(p, DTensor) for _, p in params)
+        whole = {n: (p.full_tensor() if isinstance(p, DTensor) else p).detach() for n, p in params}
+        error = max(float((whole[n] - want[n].detach()).abs().max() / want[n].detach().abs().max()) for n in whole)
+        digest = hashlib.sha256()
+        for _, p in params:
+            digest.update((p.to_local() if isinstance(p, DTensor) else p).detach().numpy().tobytes())
+        session.finish()
+    digests = [None] * dist.get_world_size()
+    dist.all_gather_object(digests, digest.hexdigest())
+    errors = [None] * dist.get_world_size()
+    dist.all_gather_object(errors, error)
+    rank = dist.get_rank()
+    return {"max_relative_error": max(errors), "sharded": sharded,
+            "replica_digests": [digests[r] for r in layout.dp_group(rank)],
+            "tp_digests": [digests[r] for r in layout.tp_group(rank)]}
 
 
 def _spawn(target, world: int, out: str) -> list:
@@ -186,6 +239,21 @@ def _spawn(target, world: int, out: str) -> list:
 @pytest.fixture(scope="module")
 def tp_run(tmp_path_factory):
     return _spawn(_worker, TP, str(tmp_path_factory.mktemp("tp") / "result"))
+
+
+def _cube_worker(rank: int, port: int, out: str) -> None:
+    """(pp, dp, tp) = (2, 2, 2) on 8 ranks: one small case with --check."""
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import torch.distributed as dist
+
+    from runtime.layout import Layout
+
+    dist.init_process_group("gloo", rank=rank, world_size=8, timeout=datetime.timedelta(seconds=60))
+    runs = _executor_runs(Layout(2, 2, TP), [("1f1b", 2, None)])
+    with open(f"{out}.{rank}", "w") as f:
+        json.dump(runs, f)
+    dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")
@@ -224,7 +292,8 @@ def _assert_checked(runs: list[dict], layout: dict) -> None:
         check = run["check"]
         assert run["passed"], f"{run['schedule']}: --check failed: {check}"
         assert check["parameters_missing"] == [] and check["max_relative_error"] <= 1e-4
-        assert run["layout"]["tp"] == layout["tp"] and run["layout"]["pp"] == layout["pp"]
+        assert check["replicas_identical"]
+        assert {k: run["layout"][k] for k in layout} == layout
         assert run["rows"] == run["expected_rows"]  # one pipeline's rows (dp = tp = 0), once
 
 
@@ -232,7 +301,7 @@ def test_executor_at_tp2_passes_check(tp_run):
     runs = tp_run[0]["executor"]
     assert [r["schedule"] for r in runs] == ["1f1b", "zb-h1", "interleaved"]
     assert all(r["executor"] == [] for r in tp_run[1:])  # only global rank 0 gathers
-    _assert_checked(runs, {"pp": 1, "tp": TP})
+    _assert_checked(runs, {"pp": 1, "dp": 1, "tp": TP})
     # One rank's share of a stage: sharded linears hold half their weights (and column-parallel
     # biases), row-parallel biases, LayerNorms, embedding and head stay whole.
     h, v, s = GPT["hidden"], GPT["vocab"], GPT["seq_len"]
@@ -244,6 +313,134 @@ def test_executor_at_tp2_passes_check(tp_run):
 def test_executor_at_pp2_tp2_passes_check_for_every_schedule(pp_tp_run):
     import schedules
 
-    runs = pp_tp_run[0]
+    runs = pp_tp_run[0]["runs"][:len(schedules.available())]
     assert [r["schedule"] for r in runs] == list(schedules.available())
-    _assert_checked(runs, {"pp": 2, "tp": TP})
+    _assert_checked(runs, {"pp": 2, "dp": 1, "tp": TP})
+
+
+def test_executor_at_dp2_tp2_passes_check_with_identical_replicas(pp_tp_run):
+    import schedules
+
+    runs = pp_tp_run[0]["runs"][len(schedules.available()):]
+    assert [r["schedule"] for r in runs] == ["1f1b", "zb-h1"]
+    _assert_checked(runs, {"pp": 1, "dp": 2, "tp": TP})
+
+
+def test_dp2_tp2_replicas_stay_identical_through_sgd_steps(pp_tp_run):
+    for result in pp_tp_run:
+        sgd = result["sgd"]
+        # One stage of one block: its 4 linears' weights and biases are DTensors (the row-parallel
+        # biases replicated ones); LayerNorms, embedding and head stay plain.
+        assert sgd["sharded"] == 8
+        assert sgd["max_relative_error"] <= 1e-4
+        assert len(set(sgd["replica_digests"])) == 1  # the same shard on both replicas, bit for bit
+        assert len(set(sgd["tp_digests"])) == TP  # and different shards within the tp group
+
+
+# ------------------------------------------------------------------ command line
+
+GPT_ARGS = ["--model", "gpt", "--layers", "2", "--hidden", "32", "--heads", "4", "--seq-len", "8", "--vocab", "32",
+            "--batch-size", "4"]
+
+
+def _env() -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "world, args, message",
+    [
+        (3, ["--tp", "3", *GPT_ARGS], "--tp 3 does not divide --heads 4: each tensor-parallel rank needs whole attention heads"),
+        (2, ["--tp", "2", "--model", "mlp", "--layers", "2", "--hidden", "8", "--batch-size", "4"],
+         "--tp 2: the mlp model runs with --tp 1 only"),
+    ],
+    ids=["heads", "mlp"],
+)
+def test_cli_refuses_bad_tp_on_every_rank_before_communicating(tmp_path, world, args, message):
+    # Ranks without torchrun or partners: any communication would hang until the test's timeout.
+    procs = []
+    for rank in range(world):
+        env = {**_env(), "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_port())}
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "runtime", "--schedule", "1f1b", "--microbatches", "2", *args, "--out", str(tmp_path / "run")],
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for rank, proc in enumerate(procs):
+        _, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 2, stderr
+        lines = stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"rank {rank}: error: ") and message in lines[0], stderr
+    assert not (tmp_path / "run").exists()
+
+
+def _workers(parent: int) -> dict[int, int]:
+    """Global rank -> pid of the workers torchrun `parent` started."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) != parent:
+                continue
+            env = dict(item.split("=", 1) for item in (entry / "environ").read_text().split("\0") if "=" in item)
+        except (OSError, ValueError, IndexError):
+            continue
+        if "RANK" in env:
+            found[int(env["RANK"])] = int(entry.name)
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds torchrun's workers through /proc")
+@pytest.mark.parametrize("how", ["killed", "stopped"])
+def test_a_dead_or_stopped_tp_peer_ends_the_run_with_one_line(tmp_path, how):
+    timeout = 3
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    cmd = [torchrun, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(_port()),
+           "-m", "runtime", "--tp", "2", "--schedule", "1f1b", "--microbatches", "2", *GPT_ARGS,
+           "--steps", "100000", "--warmup", "0", "--timeout", str(timeout), "--out", str(tmp_path / "run")]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        while line and not line.startswith("running "):
+            line = proc.stdout.readline()
+        assert line.startswith("running "), proc.stderr.read()
+        time.sleep(0.5)
+        victim = _workers(proc.pid)[1]
+        os.kill(victim, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
+        began = time.monotonic()
+        if how == "stopped":
+            while time.monotonic() - began < timeout + 30 and 0 in _workers(proc.pid):
+                time.sleep(0.2)
+            waited = time.monotonic() - began
+            os.kill(victim, signal.SIGKILL)
+            assert waited < timeout + 30  # the tp group's collectives time out at --timeout, not torch's 30 min
+        _, stderr = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    lines = [line for line in stderr.splitlines() if re.match(r"(rank \d+: )?error: ", line)]
+    assert lines, stderr
+    # Rank 0 waits in a tp collective of F or B, or (rarely) at a step's barrier.
+    assert re.fullmatch(
+        r"error: rank 0: (0[FB]\d+ failed in a collective of its tensor-parallel group \(ranks 0, 1\)|"
+        r"barrier (before|after) (a warm-up|measured) step( \d+)? failed): .*",
+        lines[0],
+    ), lines
+    if how == "killed":
+        assert "closed the connection" in lines[0]
+    else:
+        assert f"nothing arrived within the {timeout} s timeout" in lines[0]
+    assert f"{os.sep}runtime{os.sep}" not in stderr, stderr
+
+
+def test_executor_at_pp2_dp2_tp2_passes_check(tmp_path):
+    runs = _spawn(_cube_worker, 8, str(tmp_path / "result"))[0]
+    assert [r["schedule"] for r in runs] == ["1f1b"]
+    _assert_checked(runs, {"pp": 2, "dp": 2, "tp": TP})
