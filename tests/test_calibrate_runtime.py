@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,21 +17,16 @@ import schedules
 from runtime.models import ModelSpec, build
 from runtime.profile import LAYER_COUNTS, collect, write_profile
 from sim.measured import read_profile
+from ranks import free_port
 
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 HIDDEN, BATCH, M = 16, 8, 2
 ROWS = BATCH // M
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture()
 def one_rank_group():
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_port()}", rank=0, world_size=1,
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1,
                             timeout=datetime.timedelta(seconds=60))
     try:
         yield
@@ -69,7 +63,7 @@ def test_layer_profile_times_every_role_and_counts_activations_like_the_executor
 def test_a_real_run_calibrates_and_compares(tmp_path):
     run = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [TORCHRUN, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(_port()),
+    cmd = [TORCHRUN, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
            "-m", "runtime", "--schedule", "1f1b", "--microbatches", str(M), "--layers", "4", "--hidden", str(HIDDEN),
            "--batch-size", str(BATCH), "--steps", "2", "--warmup", "1", "--post-ahead", "1", "--profile-layers",
            "--profile-p2p", "--timeout", "60", "--out", str(run)]

@@ -10,7 +10,6 @@ import datetime
 import gc
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,14 +21,9 @@ from torch.distributed.tensor import DTensor
 
 import schedules
 from schedules.ir import Kind
+from ranks import free_port
 
 GROUP_TIMEOUT = 60
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _spec(model: str, num_stages: int, batch: int):
@@ -148,7 +142,7 @@ def matrix(request, tmp_path_factory):
     world = sizes[0] * sizes[1] * sizes[2]
     configs = configurations(sizes)
     out = str(tmp_path_factory.mktemp("dp") / "results.json")
-    codes = _spawn(_worker, world, (_port(), sizes, configs, out))
+    codes = _spawn(_worker, world, (free_port(), sizes, configs, out))
     assert codes == [0] * world, f"ranks exited with {codes}"
     with open(out) as f:
         data = json.load(f)
@@ -231,7 +225,7 @@ def test_a_dead_or_silent_dp_peer_is_named_within_the_timeout(tmp_path, how):
     timeout = 3
     out = str(tmp_path / "peer.json")
     ctx = mp.get_context("spawn")
-    port = _port()
+    port = free_port()
     procs = [ctx.Process(target=_peer_worker, args=(r, 2, port, how, timeout, out)) for r in range(2)]
     for proc in procs:
         proc.start()
@@ -258,7 +252,7 @@ def test_a_bad_layout_is_refused_on_every_rank_before_communicating(tmp_path):
     procs = []
     for rank in range(2):
         env = {**os.environ, "OMP_NUM_THREADS": "1", "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_port())}
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
         args = ["--schedule", "1f1b", "--microbatches", "2", "--pp", "2", "--dp", "2", "--out", str(tmp_path / "run")]
         procs.append(subprocess.Popen([sys.executable, "-m", "runtime", *args], cwd=tmp_path, env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
@@ -312,7 +306,7 @@ def test_calibrate_and_predict_a_data_parallel_run(tmp_path):
     from sim.measured import read_measured
 
     out = tmp_path / "run"
-    port = _port()
+    port = free_port()
     cmd = [os.path.join(os.path.dirname(sys.executable), "torchrun"), "--nproc-per-node", "2", "--master-addr",
            "127.0.0.1", "--master-port", str(port), "-m", "runtime", "--schedule", "gpipe", "--microbatches", "2",
            "--dp", "2", "--layers", "4", "--hidden", "16", "--batch-size", "8", "--steps", "3", "--warmup", "1",

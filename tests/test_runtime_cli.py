@@ -5,7 +5,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import pytest
 
 import schedules
 from schedules.timeline import read_table
+from ranks import free_port, rank_env
 
 VENV_BIN = Path(sys.executable).parent
 TORCHRUN = str(VENV_BIN / "torchrun")
@@ -24,21 +24,10 @@ TINY_GPT = ["--model", "gpt", "--layers", "2", "--hidden", "16", "--heads", "2",
             "--batch-size", "6"]
 
 
-def _env() -> dict:
-    # One thread per rank: two cores are shared by every process of the test run.
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _torchrun(args, tmp_path, nproc=2, extra=()):
-    cmd = [TORCHRUN, "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1", "--master-port", str(_port()),
+    cmd = [TORCHRUN, "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
            *extra, "-m", "runtime", *args]
-    return subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=180)
+    return subprocess.run(cmd, cwd=tmp_path, env=rank_env(), capture_output=True, text=True, timeout=180)
 
 
 def _our_lines(stderr: str) -> list[str]:
@@ -90,7 +79,7 @@ def test_torchrun_check_writes_the_outputs(tmp_path):
 
 def _launch(args, *, nproc=2, extra=(), cwd=None):
     cmd = [TORCHRUN, "--nproc-per-node", str(nproc), *extra, "-m", "runtime", *args]
-    return subprocess.Popen(cmd, cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(cmd, cwd=cwd, env=rank_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _workers(parent: int) -> dict[int, int]:
@@ -130,7 +119,7 @@ def test_a_dead_or_silent_peer_ends_the_run_with_an_error_naming_rank_and_wait(t
     timeout = 3
     args = ["--schedule", "1f1b", "--microbatches", "4", "--layers", "4", "--hidden", "256", "--batch-size", "64",
             "--steps", "100000", "--warmup", "0", "--timeout", str(timeout), "--out", str(out)]
-    proc = _launch(args, extra=["--master-addr", "127.0.0.1", "--master-port", str(_port())], cwd=tmp_path)
+    proc = _launch(args, extra=["--master-addr", "127.0.0.1", "--master-port", str(free_port())], cwd=tmp_path)
     try:
         _wait_ready(proc)
         time.sleep(0.5)
@@ -171,8 +160,8 @@ def test_a_dead_or_silent_peer_ends_the_run_with_an_error_naming_rank_and_wait(t
 
 def _fake_rank(rank: int, world: int, args, cwd):
     """`python -m runtime` as rank `rank` of `world` without torchrun: any communication would hang."""
-    env = {**_env(), "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_port())}
+    env = {**rank_env(), "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     return subprocess.Popen([sys.executable, "-m", "runtime", *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -206,13 +195,13 @@ def test_configuration_errors_fail_every_rank_before_communicating(tmp_path, arg
 
 def test_bad_argument_exits_2(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "runtime", "--schedule", "1f1b", "--microbatches", "two"],
-                          cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=60)
+                          cwd=tmp_path, env=rank_env(), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "invalid int value: 'two'" in proc.stderr
 
 
 def test_two_nodes_with_c10d_rendezvous_pass_check(tmp_path):
     """Two torchrun agents, one rank each, meeting through a c10d rendezvous on 127.0.0.1."""
-    port = _port()
+    port = free_port()
     out = tmp_path / "run"
     agents = [
         _launch(
@@ -237,7 +226,7 @@ def test_a_rank_stopped_by_the_launcher_says_so_after_its_grace():
     the failure itself by the end of its grace must still leave one line, and exit 1."""
     code = ("import sys, time; from runtime.cli import report_termination; report_termination(3, grace=0.3); "
             "print('ready', flush=True); time.sleep(30)")
-    proc = subprocess.Popen([sys.executable, "-c", code], env=_env(), stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", code], env=rank_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"

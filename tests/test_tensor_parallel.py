@@ -10,7 +10,6 @@ import math
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ import torch.nn.functional as F
 from runtime import ConfigError, ModelSpec, build_model
 from runtime.models import CausalSelfAttention
 from runtime.tensor_parallel import check_tensor_parallel
+from ranks import free_port, rank_env
 
 torch.set_num_threads(1)
 
@@ -215,9 +215,7 @@ def _replicas_after_sgd(layout) -> dict:
 
 
 def _spawn(target, world: int, out: str) -> list:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     ctx = mp.get_context("spawn")
     procs = [ctx.Process(target=target, args=(r, port, out)) for r in range(world)]
     for proc in procs:
@@ -343,16 +341,6 @@ GPT_ARGS = ["--model", "gpt", "--layers", "2", "--hidden", "32", "--heads", "4",
             "--batch-size", "4"]
 
 
-def _env() -> dict:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize(
     "world, args, message",
     [
@@ -366,8 +354,8 @@ def test_cli_refuses_bad_tp_on_every_rank_before_communicating(tmp_path, world, 
     # Ranks without torchrun or partners: any communication would hang until the test's timeout.
     procs = []
     for rank in range(world):
-        env = {**_env(), "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_port())}
+        env = {**rank_env(), "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
         procs.append(subprocess.Popen(
             [sys.executable, "-m", "runtime", "--schedule", "1f1b", "--microbatches", "2", *args, "--out", str(tmp_path / "run")],
             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
@@ -401,10 +389,10 @@ def _workers(parent: int) -> dict[int, int]:
 def test_a_dead_or_stopped_tp_peer_ends_the_run_with_one_line(tmp_path, how):
     timeout = 3
     torchrun = str(Path(sys.executable).parent / "torchrun")
-    cmd = [torchrun, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(_port()),
+    cmd = [torchrun, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
            "-m", "runtime", "--tp", "2", "--schedule", "1f1b", "--microbatches", "2", *GPT_ARGS,
            "--steps", "100000", "--warmup", "0", "--timeout", str(timeout), "--out", str(tmp_path / "run")]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=rank_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
         while line and not line.startswith("running "):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -20,17 +19,12 @@ import torch
 import torch.multiprocessing as mp
 
 import schedules
+from ranks import free_port
 
 RANKS, ROWS = 2, 2  # rows per microbatch
 MODEL = {"model": "mlp", "layers": 2, "hidden": 16}
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _worker(rank: int, port: int, programs: list, out: str) -> None:
@@ -55,7 +49,7 @@ def _worker(rank: int, port: int, programs: list, out: str) -> None:
 def _measure(programs: list, tmp_path: Path) -> list[list[int]]:
     out = tmp_path / "peaks.json"
     ctx = mp.get_context("spawn")
-    port = _port()
+    port = free_port()
     procs = [ctx.Process(target=_worker, args=(r, port, programs, str(out))) for r in range(RANKS)]
     for proc in procs:
         proc.start()
@@ -88,7 +82,7 @@ def test_measured_peak_within_the_limit_and_csv_runs_unchanged(tmp_path):
     args = ["--program", str(files[1]), "--model", "mlp", "--layers", "2", "--hidden", "16",
             "--batch-size", str(ROWS * m), "--steps", "1", "--warmup", "0", "--check", "--timeout", "60",
             "--out", str(run)]
-    cmd = [TORCHRUN, "--nproc-per-node", str(RANKS), "--master-addr", "127.0.0.1", "--master-port", str(_port()),
+    cmd = [TORCHRUN, "--nproc-per-node", str(RANKS), "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
            "-m", "runtime", *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
