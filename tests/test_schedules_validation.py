@@ -263,6 +263,20 @@ def test_each_incomplete_microbatch_names_what_is_missing(row1, message):
     (["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
       "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1 1SEND_B1"],
      "[duplicate] rank 1, position 8: 1SEND_B1 appears twice"),
+    # A compute action's SEND before it, or missing (at the first and at a later position).
+    (["0SEND_F0 0F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
+      "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1"],
+     "[send-after-compute] rank 0, position 1: 0F0 must be followed by 0SEND_F0 on rank 0"),
+    (["0F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
+      "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1"],
+     "[send-after-compute] rank 0, position 0: 0F0 must be followed by 0SEND_F0 on rank 0"),
+    (["0F0 0SEND_F0 0F1 0RECV_B0 0B0 0RECV_B1 0B1",
+      "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1"],
+     "[send-after-compute] rank 0, position 2: 0F1 must be followed by 0SEND_F1 on rank 0"),
+    # A RECV after the compute action that needs it.
+    (["0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
+      "1RECV_F0 1F0 1B0 1SEND_B0 1F1 1RECV_F1 1B1 1SEND_B1"],
+     "[recv-before-use] rank 1, position 4: 1F1 needs 1RECV_F1 earlier on rank 1"),
 ])
 def test_each_program_rule_names_rank_position_and_action(rows, message):
     with pytest.raises(ScheduleError) as info:
