@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import time
+from pathlib import Path
 
 
 def free_port() -> int:
@@ -17,3 +20,46 @@ def rank_env() -> dict:
     """The environment of a launched rank: one thread per rank (two cores are shared by every
     process of the test run), unbuffered output so error lines arrive whole."""
     return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def workers(parent: int) -> dict[int, int]:
+    """Global rank -> pid of the workers torchrun `parent` started (read from /proc)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) != parent:
+                continue
+            env = dict(item.split("=", 1) for item in (entry / "environ").read_text().split("\0") if "=" in item)
+        except (OSError, ValueError, IndexError):
+            continue
+        if "RANK" in env:
+            found[int(env["RANK"])] = int(entry.name)
+    return found
+
+
+def wait_ready(proc) -> None:
+    """Read rank 0's stdout until it says the steps are running."""
+    line = proc.stdout.readline()
+    while line and not line.startswith("running "):
+        line = proc.stdout.readline()
+    assert line.startswith("running "), proc.stderr.read()
+
+
+def fail_rank_one(proc, how: str, timeout: float) -> float | None:
+    """Kill ("killed") or stop ("stopped") rank 1 of torchrun `proc`. For a stopped rank, wait
+    until rank 0 gives up on its own (at most timeout + 30 s), then free the stopped rank
+    (torchrun would wait 30 s before killing a process that ignores SIGTERM) and return the
+    seconds rank 0 took; None for a killed rank."""
+    time.sleep(0.5)
+    victim = workers(proc.pid)[1]
+    os.kill(victim, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
+    if how != "stopped":
+        return None
+    began = time.monotonic()
+    while time.monotonic() - began < timeout + 30 and 0 in workers(proc.pid):
+        time.sleep(0.2)
+    waited = time.monotonic() - began
+    os.kill(victim, signal.SIGKILL)
+    return waited

@@ -14,7 +14,7 @@ import pytest
 
 import schedules
 from schedules.timeline import read_table
-from ranks import free_port, rank_env
+from ranks import fail_rank_one, free_port, rank_env, wait_ready
 
 VENV_BIN = Path(sys.executable).parent
 TORCHRUN = str(VENV_BIN / "torchrun")
@@ -82,34 +82,6 @@ def _launch(args, *, nproc=2, extra=(), cwd=None):
     return subprocess.Popen(cmd, cwd=cwd, env=rank_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _workers(parent: int) -> dict[int, int]:
-    """Global rank -> pid of the workers torchrun `parent` started."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            if ppid != parent:
-                continue
-            env = dict(
-                item.split("=", 1) for item in (entry / "environ").read_text().split("\0") if "=" in item
-            )
-        except (OSError, ValueError, IndexError):
-            continue
-        if "RANK" in env:
-            found[int(env["RANK"])] = int(entry.name)
-    return found
-
-
-def _wait_ready(proc) -> None:
-    """Read rank 0's stdout until it says the steps are running."""
-    line = proc.stdout.readline()
-    while line and not line.startswith("running "):
-        line = proc.stdout.readline()
-    assert line.startswith("running "), proc.stderr.read()
-
-
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds torchrun's workers through /proc")
 @pytest.mark.parametrize("how", ["killed", "stopped"])
 def test_a_dead_or_silent_peer_ends_the_run_with_an_error_naming_rank_and_wait(tmp_path, how):
@@ -121,19 +93,10 @@ def test_a_dead_or_silent_peer_ends_the_run_with_an_error_naming_rank_and_wait(t
             "--steps", "100000", "--warmup", "0", "--timeout", str(timeout), "--out", str(out)]
     proc = _launch(args, extra=["--master-addr", "127.0.0.1", "--master-port", str(free_port())], cwd=tmp_path)
     try:
-        _wait_ready(proc)
-        time.sleep(0.5)
-        victim = _workers(proc.pid)[1]
-        os.kill(victim, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
-        began = time.monotonic()
+        wait_ready(proc)
+        waited = fail_rank_one(proc, how, timeout)
         if how == "stopped":
-            # Rank 0 must give up on its own after the timeout; then free the stopped rank
-            # (torchrun would otherwise wait 30 s before killing a process that ignores SIGTERM).
-            while time.monotonic() - began < timeout + 30 and 0 in _workers(proc.pid):
-                time.sleep(0.2)
-            waited = time.monotonic() - began
-            os.kill(victim, signal.SIGKILL)
-            assert waited < timeout + 30
+            assert waited < timeout + 30  # rank 0 gave up on its own after the timeout
         _, stderr = proc.communicate(timeout=90)
     finally:
         if proc.poll() is None:

@@ -9,10 +9,8 @@ import json
 import math
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +21,7 @@ import torch.nn.functional as F
 from runtime import ConfigError, ModelSpec, build_model
 from runtime.models import CausalSelfAttention
 from runtime.tensor_parallel import check_tensor_parallel
-from ranks import free_port, rank_env
+from ranks import fail_rank_one, free_port, rank_env, wait_ready
 
 torch.set_num_threads(1)
 
@@ -367,23 +365,6 @@ def test_cli_refuses_bad_tp_on_every_rank_before_communicating(tmp_path, world, 
     assert not (tmp_path / "run").exists()
 
 
-def _workers(parent: int) -> dict[int, int]:
-    """Global rank -> pid of the workers torchrun `parent` started."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) != parent:
-                continue
-            env = dict(item.split("=", 1) for item in (entry / "environ").read_text().split("\0") if "=" in item)
-        except (OSError, ValueError, IndexError):
-            continue
-        if "RANK" in env:
-            found[int(env["RANK"])] = int(entry.name)
-    return found
-
-
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds torchrun's workers through /proc")
 @pytest.mark.parametrize("how", ["killed", "stopped"])
 def test_a_dead_or_stopped_tp_peer_ends_the_run_with_one_line(tmp_path, how):
@@ -394,19 +375,9 @@ def test_a_dead_or_stopped_tp_peer_ends_the_run_with_one_line(tmp_path, how):
            "--steps", "100000", "--warmup", "0", "--timeout", str(timeout), "--out", str(tmp_path / "run")]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=rank_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        line = proc.stdout.readline()
-        while line and not line.startswith("running "):
-            line = proc.stdout.readline()
-        assert line.startswith("running "), proc.stderr.read()
-        time.sleep(0.5)
-        victim = _workers(proc.pid)[1]
-        os.kill(victim, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
-        began = time.monotonic()
+        wait_ready(proc)
+        waited = fail_rank_one(proc, how, timeout)
         if how == "stopped":
-            while time.monotonic() - began < timeout + 30 and 0 in _workers(proc.pid):
-                time.sleep(0.2)
-            waited = time.monotonic() - began
-            os.kill(victim, signal.SIGKILL)
             assert waited < timeout + 30  # the tp group's collectives time out at --timeout, not torch's 30 min
         _, stderr = proc.communicate(timeout=90)
     finally:
