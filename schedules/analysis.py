@@ -33,6 +33,27 @@ def peak_in_flight(schedule: Schedule) -> list[int]:
     return [max(trace, default=0) for trace in in_flight(schedule)]
 
 
+def places(stream: Sequence[Action]) -> list[int]:
+    """Per action of one rank's stream: for a compute action, how many compute actions of its
+    stage and kind come before it in the stream (0 for the first F of a stage in the step);
+    -1 for the rest. The first actions of a stage in a step do different work on a real
+    executor (the first backward assigns the weight gradients that later ones add to, the
+    first forward finds the optimizer's data in the caches); the simulator can charge them
+    their own factor and the calibration measures it."""
+    seen: dict[tuple[int, Kind], int] = {}
+    out: list[int] = []
+    compute = frozenset(COMPUTE_KINDS)
+    for action in stream:
+        if action.kind in compute:
+            key = (action.stage, action.kind)
+            count = seen.get(key, 0)
+            out.append(count)
+            seen[key] = count + 1
+        else:
+            out.append(-1)
+    return out
+
+
 def switches(stream: Sequence[Action]) -> list[bool]:
     """Per action of one rank's stream: whether it is a compute action that does not repeat
     the stage and kind of the rank's previous compute action (the rank's first compute

@@ -18,40 +18,42 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   profile's medians with one slope and one intercept per role. The profile runs
   outside the steps, so its level is then scaled to the run: ``speed_ratio`` =
   (sum over the run's stages of their measured cost) / (the same sum predicted from
-  the profile), one ratio per kind. A stage's measured cost is the median over steps
-  of the mean duration of its actions in that step (a disturbed step moves the
-  median little; the mean within a step keeps the expected sum that a step's length
-  depends on).
+  the profile), one ratio per kind. A stage's measured cost is that of a switching
+  action at a later place (`compute_costs`, below): means over steps, not medians, since
+  a step's length adds its actions' times up and a median drops their tail.
   The fixed term of each role the run has is then set so that the run's own stages of
   that role cost what they measured (their mean; a stage's cost in the run depends on
   its rank's neighbours and load, not only on the profile's shape); the per-layer slope
   and the roles the run lacks keep the scaled profile.
   Without a profile, the run's own per-stage costs are kept and only programs with
   the same stages can be simulated.
-- **duration_spread**: how compute actions vary around their typical cost within a
-  step (a makespan is a max over paths, so the spread makes it longer than a replay of
-  typical costs): each action's duration over the mean of its group (same step, rank,
-  stage, kind and switching), for groups of two or more, widened by sqrt(n / (n - 1))
-  (a group's own mean is closer to its members than the true level is), summarised as
-  SPREAD_QUANTILES evenly spaced quantiles, which the simulator draws from
-  (sim.costs; SPREAD_DRAWS replays, median draw).
+- **place_factors, switch_forward / switch_backward** (`compute_costs`): a stage's first
+  actions of a kind in a step do other work than later ones (on the CPU executor the first
+  backward assigns the weight gradients that later ones add to: x0.75-0.85 at mlp 64 rows;
+  the second is dearer, x1.03-1.12, and the first forward after the optimizer x1.03-1.15),
+  and an action whose rank's previous compute action had another stage or kind
+  (schedules.analysis.switches) finds other data in the caches. Per kind, over cells of
+  (stage, place class, switching), each valued at the mean over steps of its actions' step
+  mean: value = c[stage] x f[place class] + switch x switching, f = 1 from place
+  min(PLACES, m - 1) on, fitted by alternating least squares.
+  Calibrating on the stages' switching cost alone, as before, left a 1F1B run at m = 2 9.5%
+  short of itself: its rank 0 repeats B, so the only switching B was the cheap first one.
+- **duration_spread**: how compute actions vary around their typical cost (a makespan is a
+  max over paths, so the spread makes it longer than a replay of typical costs): each
+  action's duration over its typical cost (mean over steps of its cell's step mean) times its
+  rank's factor in that step (below), widened by sqrt(N / (N - 1)) for the N actions of the
+  rank in the step, summarised as SPREAD_QUANTILES evenly spaced quantiles scaled to mean 1
+  (the typical costs are means), which the simulator draws from (sim.costs; SPREAD_DRAWS
+  replays, median draw).
 - **rank_spread**: slowness shared by a rank's compute in a step (a rank that loses its
   core for a while slows all its actions at once; independent draws per action would
   average that out): per step and rank, the sum of its compute durations over the sum of
-  their typical costs (the median over steps of each stage, kind and switching's step
-  mean, as above), as SPREAD_QUANTILES quantiles; the simulator gives each rank one such
-  factor per draw.
+  their typical costs, as SPREAD_QUANTILES quantiles scaled to mean 1; the simulator gives
+  each rank one such factor per draw.
 - **transfer_spread**: the same for transfer times: each in-run transfer time (below)
-  over their mean, as SPREAD_QUANTILES quantiles. On a loaded machine a transfer waits
+  over their mean, as SPREAD_QUANTILES quantiles scaled to mean 1. On a loaded machine a transfer waits
   for the sending or receiving thread to get a core, and both ranks then wait in RECV
   far longer than the mean says.
-- **switch_forward / switch_backward**: what an action costs more when its rank's
-  previous compute action had another stage or kind (schedules.analysis.switches;
-  caches hold another working set): per kind, the median over stages of (median over steps of the mean switching
-  action) - (the same of repeating actions); a 1F1B run repeats in its warm-up and
-  cool-down, an interleaved one in its warm-up. Stage costs above are of switching
-  actions (every profile call switches: F and B alternate), and the simulator's are
-  those minus the switch cost, which it adds back to each switching action.
 - **Executor overheads** (rank time that is neither compute nor waiting): every gap
   between the end of an action and the start of the next on its rank (a SEND's "end"
   is its start: its row runs until delivery) is fitted by least squares as a
@@ -62,8 +64,9 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   medians: a step's length adds these up, and their tails (a send that blocks for a
   millisecond) count. ``dispatch_overhead`` is added to every compute action;
   ``send_overhead`` is the SEND constant; ``recv_overhead`` is the RECV constant plus
-  the posting cost plus the least RECV row (its 10th percentile: the time to complete
-  a receive whose data is already there).
+  the posting cost plus the time to complete a receive whose data is already there (the
+  mean RECV row of receives reached at least the in-run transfer time after their SEND
+  started; without any, the 10th percentile of RECV rows).
 - **p2p_latency / p2p_bandwidth**: a transfer takes ``latency + bytes / bandwidth``.
   In-run transfer time: ``RECV end - SEND start`` over transfers whose receiver was
   already waiting when the send started, averaged (mean, for the same reason). Rank
@@ -73,9 +76,12 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   of ``--profile-p2p`` (least squares of one-way time on bytes) and the latency is the
   in-run time minus the bandwidth term; without a ping-pong, bandwidth is unlimited
   and the latency is the in-run time.
-- **step_overhead**: measured step time (barrier to barrier, rank 0) minus the end
-  of the step's streams (the latest row end, a compute row's taken `dispatch_overhead`
-  later as the simulator's row includes that gap), median over steps.
+- **step_overhead**: measured step time (barrier to barrier, rank 0) minus the span of
+  the step's streams (earliest row start to latest row end, a compute row's end taken
+  `dispatch_overhead` later as the simulator's row includes that gap), median over steps:
+  the barriers, the optimizer and, before the first action, the posting of the step's
+  receives (0.3-0.6 ms on the README example, which the simulated streams, starting at 0,
+  do not hold).
 - **Memory**: activation bytes per stage (F to B, the executor's saved-tensor meter)
   and, with split backward, bytes kept from I to W: ``fixed[role] + layers x
   per_layer`` from the profile's byte counts (exact), else the run's per-stage values.
@@ -119,7 +125,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from schedules.analysis import switches
+from schedules.analysis import places, switches
 from schedules.ir import COMPUTE_NAMES, RECV_NAMES, SEND_NAMES, Kind
 from schedules.posting import PostAhead, post_positions
 from schedules.stages import ROLES, balanced_layers, role_of
@@ -128,7 +134,8 @@ from .costs import CostError, CostModel
 from .measured import MeasuredRun
 
 FORMAT = "bubblescope-calibration"
-VERSION = 3
+VERSION = 4
+PLACES = 2  # a stage's first actions of a kind in a step that get their own factor
 RECV_QUANTILE = 0.10
 SPREAD_QUANTILES = 32
 SPREAD_DRAWS = 49
@@ -181,6 +188,7 @@ class Calibration:
     allreduce_latency: float = 0.0
     allreduce_bandwidth: float = math.inf
     parameter_bytes: Mapping[str, Any] | None = None  # prologue, layers (list), epilogue
+    place_factors: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # kind -> first places' factors
 
     # ------------------------------------------------------------------ prediction
     def for_stages(self, num_stages: int) -> CostModel:
@@ -245,6 +253,7 @@ class Calibration:
             step_overhead=self.step_overhead,
             switch_forward=self.switch_forward,
             switch_backward=self.switch_backward,
+            place_factors={k: v for k, v in self.place_factors.items() if k in times},
             duration_spread=self.duration_spread,
             transfer_spread=self.transfer_spread,
             rank_spread=self.rank_spread,
@@ -294,6 +303,9 @@ class Calibration:
                              f"run/profile speed ratio {self.speed_ratio[kind]:.3f}")
         lines.append(f"  switch (action not repeating its rank's previous one): F +{us(self.switch_forward)}, "
                      f"B/I/W +{us(self.switch_backward)}")
+        if self.place_factors:
+            places = "; ".join(f"{k} " + " ".join(f"x{x:.3f}" for x in v) for k, v in self.place_factors.items() if v)
+            lines.append(f"  a stage's first actions of a kind in a step (cost over the later ones'): {places}")
         lines.append(f"  overheads: dispatch {us(self.dispatch_overhead)} per compute action, send {us(self.send_overhead)}, "
                      f"recv {us(self.recv_overhead)}, step {us(self.step_overhead)}")
         bandwidth = "unlimited" if math.isinf(self.p2p_bandwidth) else f"{self.p2p_bandwidth / 1e9:.2f} GB/s"
@@ -350,6 +362,7 @@ class Calibration:
             values["duration_spread"] = tuple(values.get("duration_spread", ()))
             values["transfer_spread"] = tuple(values.get("transfer_spread", ()))
             values["rank_spread"] = tuple(values.get("rank_spread", ()))
+            values["place_factors"] = {k: tuple(v) for k, v in values.get("place_factors", {}).items()}
             if values.get("compute") is not None:
                 values["compute"] = {k: LinearCost(**v) for k, v in values["compute"].items()}
             for key in ("activation", "weight_memory"):
@@ -417,7 +430,12 @@ def _combine(calibrations: list[Calibration], runs: Sequence[MeasuredRun]) -> Ca
     bandwidth = math.inf if not any(inverse) else 1.0 / mean(inverse)
     ratio = {k: mean(c.speed_ratio[k] for c in calibrations if k in c.speed_ratio)
              for k in COMPUTE_NAMES if any(k in c.speed_ratio for c in calibrations)}
-    return replace(first, compute=compute, speed_ratio=ratio, p2p_bandwidth=bandwidth,
+    places = {}
+    for kind in COMPUTE_NAMES:
+        fitted = [c.place_factors[kind] for c in calibrations if c.place_factors.get(kind)]
+        if fitted:  # each place over the runs that have it (a run at small m has fewer)
+            places[kind] = tuple(mean(f[q] for f in fitted if q < len(f)) for q in range(max(map(len, fitted))))
+    return replace(first, compute=compute, speed_ratio=ratio, p2p_bandwidth=bandwidth, place_factors=places,
                    source={**first.source, "runs": [str(r.path) for r in runs]}, **scalars)
 
 
@@ -437,7 +455,9 @@ def _fit_one(run: MeasuredRun) -> tuple[Calibration, tuple[np.ndarray, np.ndarra
     """Every parameter fitted from one run, and the run's compute, transfer and rank spread
     residuals (no quality yet)."""
     schedule = run.program.schedule
-    stages = run_stages(run)
+    dispatch, send, recv = executor_overheads(run)
+    measured, switch, places = compute_costs(run, dispatch)
+    stages = run_stages(run, measured)
     diagnostics: dict[str, Any] = {}
     compute = activation = weight_memory = None
     ratio: dict[str, float] = {}
@@ -448,11 +468,9 @@ def _fit_one(run: MeasuredRun) -> tuple[Calibration, tuple[np.ndarray, np.ndarra
                             f"the run at {run.rows}")
         compute, ratio = fit_compute(layers_profile["records"], stages, diagnostics)
         activation, weight_memory = fit_memory(layers_profile["records"])
-    _, switch = switch_costs(run)
-    dispatch, send, recv = executor_overheads(run)
     latency, bandwidth = fit_p2p(run, diagnostics)
-    ends = stream_ends(run.timeline, dispatch)
-    step_overhead = max(float(np.median([t - e for t, e in zip(run.step_times, ends)])), 0.0)
+    spans = stream_spans(run.timeline, dispatch)
+    step_overhead = max(float(np.median([t - e for t, e in zip(run.step_times, spans)])), 0.0)
     boundaries = run.boundary_bytes
     parameter_bytes = run.summary.get("parameter_bytes")
     allreduce_latency, allreduce_bandwidth = fit_allreduce(run, parameter_bytes, diagnostics)
@@ -484,6 +502,7 @@ def _fit_one(run: MeasuredRun) -> tuple[Calibration, tuple[np.ndarray, np.ndarra
         allreduce_latency=allreduce_latency,
         allreduce_bandwidth=allreduce_bandwidth,
         parameter_bytes=parameter_bytes,
+        place_factors=places,
     ), (spread_residuals(run), transfer_residuals(run), rank_residuals(run))
 
 
@@ -514,11 +533,10 @@ def fit_allreduce(run: MeasuredRun, parameter_bytes: Mapping[str, Any] | None,
     return max(float(np.mean(durations - transfer)), 0.0), bandwidth
 
 
-def run_stages(run: MeasuredRun) -> list[dict[str, Any]]:
-    """The run's stages: role, layer range, measured cost per kind of an action that switches
-    (see switch_costs), activation (and kept) bytes."""
+def run_stages(run: MeasuredRun, measured: Mapping[str, list[float]]) -> list[dict[str, Any]]:
+    """The run's stages: role, layer range, `measured` cost per kind (compute_costs), activation
+    (and kept) bytes."""
     n = run.program.schedule.num_stages
-    measured, _ = switch_costs(run)
     stages = []
     for s, (a, b) in enumerate(run.stage_layers):
         entry = run.summary["stage_costs"][s]
@@ -559,33 +577,30 @@ def anchored(fit: LinearCost, stages: list[dict], kind: str) -> LinearCost:
 
 
 def spread_residuals(run: MeasuredRun) -> np.ndarray:
-    """Each compute action's duration over its group's mean (same step, rank, stage, kind and
-    switching; groups of two or more), its deviation widened by sqrt(n / (n - 1))."""
-    timeline = run.timeline
-    frame = pd.DataFrame({
-        "step": timeline["step"], "rank": timeline["rank"], "stage": timeline["stage"], "kind": timeline["kind"],
-        "switch": _switch_flags(run), "duration": timeline["end"] - timeline["start"],
-    })[timeline["kind"].isin(COMPUTE_NAMES)]
-    groups = frame.groupby(["step", "rank", "stage", "kind", "switch"])["duration"]
-    mean, size = groups.transform("mean"), groups.transform("size")
-    keep = (size >= 2) & (mean > 0)
-    ratio = (frame["duration"] / mean)[keep].to_numpy()
+    """Each compute action's duration over its typical cost (`typical_costs`) times its rank's
+    factor in that step (`rank_residuals`: what the rank spread draws), its deviation widened
+    by sqrt(n / (n - 1)) for a step and rank of n actions (the factor is fitted on them)."""
+    frame = typical_costs(compute_frame(run))
+    sums = frame.groupby(["step", "rank"])[["duration", "typical"]].transform("sum")
+    size = frame.groupby(["step", "rank"])["duration"].transform("size")
+    keep = (size >= 2) & (frame["typical"] > 0) & (sums["duration"] > 0)
+    ratio = (frame["duration"] / frame["typical"] * sums["typical"] / sums["duration"])[keep].to_numpy()
     n = size[keep].to_numpy()
     return 1.0 + (ratio - 1.0) * np.sqrt(n / (n - 1.0))
+
+
+def typical_costs(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` (compute_frame) with each action's typical duration: the mean over steps of
+    the step's mean duration of its stage, kind, switching and place class."""
+    keys = ["stage", "kind", "switch", "place"]
+    typical = frame.groupby(keys + ["step"])["duration"].mean().groupby(level=[0, 1, 2, 3]).mean()
+    return frame.join(typical.rename("typical"), on=keys)
 
 
 def rank_residuals(run: MeasuredRun) -> np.ndarray:
     """Per step and rank: its compute durations' sum over the sum of their typical costs
     (module docstring)."""
-    timeline = run.timeline
-    frame = pd.DataFrame({
-        "step": timeline["step"], "rank": timeline["rank"], "stage": timeline["stage"], "kind": timeline["kind"],
-        "switch": _switch_flags(run), "duration": timeline["end"] - timeline["start"],
-    })[timeline["kind"].isin(COMPUTE_NAMES)]
-    keys = ["stage", "kind", "switch"]
-    typical = frame.groupby(keys + ["step"])["duration"].mean().groupby(level=[0, 1, 2]).median()
-    frame = frame.join(typical.rename("typical"), on=keys)
-    sums = frame.groupby(["step", "rank"])[["duration", "typical"]].sum()
+    sums = typical_costs(compute_frame(run)).groupby(["step", "rank"])[["duration", "typical"]].sum()
     sums = sums[sums["typical"] > 0]
     return (sums["duration"] / sums["typical"]).to_numpy()
 
@@ -605,7 +620,10 @@ def spread_quantiles(residuals: np.ndarray) -> tuple[float, ...]:
     if not len(residuals) or np.allclose(residuals, 1.0, rtol=0, atol=1e-9):
         return ()
     levels = (np.arange(SPREAD_QUANTILES) + 0.5) / SPREAD_QUANTILES
-    return tuple(max(float(x), 0.0) for x in np.quantile(residuals, levels))
+    quantiles = np.maximum(np.quantile(residuals, levels), 0.0)
+    # Typical costs are means, so the factors keep mean 1: evenly spaced quantiles leave out
+    # the far tail and would otherwise make a draw faster on average than the run.
+    return tuple(float(x) for x in quantiles / quantiles.mean())
 
 
 def fit_memory(records: list[dict]) -> tuple[LinearCost, LinearCost | None]:
@@ -647,7 +665,9 @@ def executor_overheads(run: MeasuredRun) -> tuple[float, float, float]:
     recvs = run.timeline[run.timeline["kind"].isin(RECV_NAMES)]
     if not len(recvs):
         return after_compute, after_send, 0.0
-    least = float(np.quantile(recvs["end"] - recvs["start"], RECV_QUANTILE))
+    transfer = transfer_time(run)
+    early = early_receive_times(run, transfer) if transfer is not None else []
+    least = float(np.mean(early)) if early else float(np.quantile(recvs["end"] - recvs["start"], RECV_QUANTILE))
     return after_compute, after_send, post + least + after_recv
 
 
@@ -686,50 +706,96 @@ def fit_p2p(run: MeasuredRun, diagnostics: dict) -> tuple[float, float]:
     return max(in_run - boundary / bandwidth, 0.0), bandwidth
 
 
-def switch_costs(run: MeasuredRun) -> tuple[dict[str, list[float]], dict[str, float]]:
-    """Per compute kind present, per stage, the cost of an action that switches (its rank's
-    previous compute action had another stage or kind): median over steps of the step's mean
-    duration of such actions (of all, for a stage that never switches). And per kind, what
-    switching adds: the median over stages with both of (switching - repeating) costs."""
-    timeline = run.timeline
-    switched = _switch_flags(run)
-    compute = timeline["kind"].isin(COMPUTE_NAMES)
-    frame = pd.DataFrame({
-        "kind": timeline["kind"], "stage": timeline["stage"], "step": timeline["step"],
-        "switch": switched, "duration": timeline["end"] - timeline["start"],
-    })[compute]
-    typical = frame.groupby(["kind", "stage", "switch", "step"])["duration"].mean().groupby(
-        level=[0, 1, 2]).median()
+def compute_costs(run: MeasuredRun, dispatch: float) -> tuple[dict[str, list[float]], dict[str, float],
+                                                               dict[str, tuple[float, ...]]]:
+    """Per compute kind present: each stage's cost of a switching action at a later place,
+    what switching adds, and the factors of a stage's first places in a step (module docstring).
+
+    Cells are (stage, place class, switching): the place class is the action's place
+    (schedules.analysis.places) up to P = min(PLACES, m - 1), so that every stage keeps a class
+    of later actions (at m = 1 there are no factors). A cell's value is the mean over
+    steps of its actions' mean duration in the step, plus `dispatch` (the simulated action
+    holds the loop's gap, which the measured row leaves out). The model value = c[stage] x
+    f[class] + switch x switching, f = 1 for later actions, switch >= 0, is fitted by
+    alternating least squares weighted by the cell's actions per step (each step's length adds
+    them up). A stage whose actions all switch, or all repeat, tells nothing about the switch;
+    with no stage holding both, the switch stays 0 and c holds it.
+    """
+    frame = compute_frame(run)
+    m = run.program.schedule.microbatches
+    top = min(PLACES, m - 1)
+    frame["duration"] += dispatch
+    costs, extra, factors = {}, {}, {}
     n = run.program.schedule.num_stages
-    costs, extra = {}, {}
     for kind in COMPUTE_NAMES:
-        if kind not in typical.index.get_level_values(0):
+        rows = frame[frame["kind"] == kind]
+        if not len(rows):
             continue
-        values, gaps = [], []
-        for stage in range(n):
-            on = typical.get((kind, stage, True))
-            off = typical.get((kind, stage, False))
-            values.append(float(on if on is not None else off if off is not None else 0.0))
-            if on is not None and off is not None:
-                gaps.append(float(on - off))
-        costs[kind] = values
-        extra[kind] = max(float(np.median(gaps)), 0.0) if gaps else 0.0
-    return costs, extra
+        per_step = rows.groupby(["stage", "place", "switch", "step"])["duration"].agg(["mean", "size"])
+        cells = per_step.groupby(level=[0, 1, 2]).agg(value=("mean", "mean"), weight=("size", "median"))
+        stage = cells.index.get_level_values(0).to_numpy()
+        place = cells.index.get_level_values(1).to_numpy()
+        flag = cells.index.get_level_values(2).to_numpy().astype(float)
+        value, weight = cells["value"].to_numpy(), cells["weight"].to_numpy()
+        stages_here = np.unique(stage)
+        mixed = any(len(np.unique(flag[stage == st])) == 2 for st in stages_here)
+        f = np.ones(top + 1)
+        c, sw = np.zeros(n), 0.0
+        root = np.sqrt(weight)
+        for iteration in range(50):
+            # (c, switch) given f: linear least squares; the switch only where a stage has both
+            design = np.zeros((len(value), len(stages_here) + 1))
+            design[np.arange(len(value)), np.searchsorted(stages_here, stage)] = f[place]
+            design[:, -1] = flag
+            columns = list(range(len(stages_here))) + ([len(stages_here)] if mixed else [])
+            coef = np.linalg.lstsq(design[:, columns] * root[:, None], value * root, rcond=None)[0]
+            if mixed and coef[-1] < 0:  # switching cannot be cheaper: refit without it
+                columns = columns[:-1]
+                coef = np.linalg.lstsq(design[:, columns] * root[:, None], value * root, rcond=None)[0]
+            c[stages_here] = coef[:len(stages_here)]
+            sw = float(coef[-1]) if len(columns) > len(stages_here) else 0.0
+            # f given (c, switch): one ratio per place class below `top`
+            before = f.copy()
+            y = value - sw * flag
+            for q in range(top):
+                here = place == q
+                scale = np.sum(weight[here] * c[stage[here]] ** 2)
+                if here.any() and scale > 0:
+                    f[q] = max(float(np.sum(weight[here] * y[here] * c[stage[here]]) / scale), 0.0)
+            if np.max(np.abs(f - before)) < 1e-12:
+                break
+        costs[kind] = [float(c[st]) + sw - dispatch if st in stage else 0.0 for st in range(n)]
+        extra[kind] = sw
+        if top > 0:
+            factors[kind] = tuple(float(x) for x in f[:top])
+    return costs, extra, factors
 
 
-def _switch_flags(run: MeasuredRun) -> np.ndarray:
-    """Per timeline row: whether its action switches (schedules.analysis.switches)."""
+def compute_frame(run: MeasuredRun) -> pd.DataFrame:
+    """The run's compute rows: step, rank, stage, kind, switch (schedules.analysis.switches),
+    place class (schedules.analysis.places up to min(PLACES, m - 1)) and duration (seconds)."""
+    timeline = run.timeline
+    top = min(PLACES, run.program.schedule.microbatches - 1)
     flags = [switches(stream) for stream in run.program.streams]
-    position = run.timeline.groupby(["step", "rank"]).cumcount().to_numpy()
-    ranks = run.timeline["rank"].to_numpy()
-    return np.array([flags[r][i] for r, i in zip(ranks, position)], dtype=bool)
+    order = [places(stream) for stream in run.program.streams]
+    position = timeline.groupby(["step", "rank"]).cumcount().to_numpy()
+    ranks = timeline["rank"].to_numpy()
+    frame = pd.DataFrame({
+        "step": timeline["step"], "rank": timeline["rank"], "stage": timeline["stage"], "kind": timeline["kind"],
+        "switch": [flags[r][i] for r, i in zip(ranks, position)],
+        "place": [min(order[r][i], top) for r, i in zip(ranks, position)],
+        "duration": timeline["end"] - timeline["start"],
+    })
+    return frame[timeline["kind"].isin(COMPUTE_NAMES)].copy()
 
 
-def stream_ends(timeline: pd.DataFrame, dispatch: float) -> list[float]:
-    """Per step, when the last rank finished its stream as the simulator counts it: the latest
-    row end, where a compute row ends `dispatch` later (the simulated row holds the gap)."""
+def stream_spans(timeline: pd.DataFrame, dispatch: float) -> list[float]:
+    """Per step, how long the streams ran as the simulator counts them (from 0): from the
+    earliest row start to the latest row end, where a compute row ends `dispatch` later (the
+    simulated row holds the gap)."""
     ends = timeline["end"] + np.where(timeline["kind"].isin(COMPUTE_NAMES), dispatch, 0.0)
-    return [float(x) for x in ends.groupby(timeline["step"]).max().sort_index()]
+    step = timeline["step"]
+    return [float(x) for x in (ends.groupby(step).max() - timeline["start"].groupby(step).min()).sort_index()]
 
 
 def transfer_time(run: MeasuredRun) -> float | None:
@@ -740,13 +806,27 @@ def transfer_time(run: MeasuredRun) -> float | None:
 
 def transfer_delays(run: MeasuredRun) -> list[float]:
     """Every in-run transfer time: RECV end - SEND start of transfers whose receiver was
-    already waiting when the send started.
+    already waiting when the send started (`transfer_rows`, clocks aligned)."""
+    return [end - at for at, start, end in transfer_rows(run) if start <= at]
+
+
+def early_receive_times(run: MeasuredRun, transfer: float) -> list[float]:
+    """RECV row durations of receives reached at least `transfer` seconds after their SEND
+    started (the data had had its in-run transfer time to arrive): what a RECV costs its rank
+    when nothing is left to wait for. On a CPU executor this is not a bookkeeping constant: a
+    payload that arrived while the receiving rank computed is read from the socket once the
+    rank gets to the RECV."""
+    return [end - start for at, start, end in transfer_rows(run) if start >= at + transfer]
+
+
+def transfer_rows(run: MeasuredRun) -> list[tuple[float, float, float]]:
+    """Per transfer of every step: (SEND start, RECV start, RECV end), on the sender's clock.
 
     Rank clocks are aligned only at the step's barrier, so per step and pair of ranks the
     offset between their clocks is estimated as the middle of the interval that causality
-    allows (no transfer arrives before it is sent) and taken out before averaging.
+    allows (no transfer arrives before it is sent) and taken out.
     """
-    delays: list[float] = []
+    out: list[tuple[float, float, float]] = []
     transfer_of = {str(a): a.transfer for stream in run.program.streams for a in stream if a.kind.is_comm}
     for _, rows in run.step_frames():
         sends = rows[rows["kind"].isin(SEND_NAMES)]
@@ -766,9 +846,8 @@ def transfer_delays(run: MeasuredRun) -> list[float]:
                 offset = (least + most) / 2 if least <= most else 0.0
             for sender, at, start, end in transfers:
                 shift = offset if sender == low else -offset  # receiver's times into the sender's clock
-                if start + shift <= at:
-                    delays.append(end + shift - at)
-    return delays
+                out.append((at, start + shift, end + shift))
+    return out
 
 
 def fit_linear(points: Sequence[tuple[str, int, float]]) -> tuple[LinearCost, float]:

@@ -43,6 +43,12 @@ compute action was of another stage or kind, or which is its rank's first: on a 
 the caches then hold another working set (another stage's weights, or the forward's
 data where the backward needs gradients). Stage costs are those of an action that
 repeats the previous one (GPipe's phases); 1F1B's steady state switches every action.
+``place_factors`` maps a compute kind (``"F"``, ``"B"``, ``"I"``, ``"W"``) to factors for the
+first actions of a stage and that kind in a step (schedules.analysis.places): the k-th
+such action costs its stage cost times factor k (then the switch cost, if it switches),
+later ones their stage cost. On a CPU executor the first backward of a stage assigns the
+weight gradients that later ones add to (cheaper) and the first forward after the
+optimizer step finds other data in the caches (dearer); sim.calibration fits them.
 
 Spread of compute times (default none: every action costs its stage's value): real
 compute actions vary around their typical cost, and a step's makespan is a max over
@@ -88,15 +94,17 @@ import math
 import random
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Protocol, Sequence, Union
+from typing import Any, Mapping, Protocol, Sequence, Union
 
-from schedules import Schedule
+from schedules import Kind, Schedule
+from schedules.ir import COMPUTE_NAMES
 from schedules.io import read_json
 
 Number = Union[int, float]
 PerStage = Union[Number, Sequence[Number]]
 
 NS_PER_S = 1_000_000_000
+_COMPUTE_KINDS = COMPUTE_NAMES  # keys of place_factors
 DEFAULT_ACTIVATION_MEMORY = 2**30  # placeholder: one rank share = 1 GiB; unit-based results ignore it
 
 
@@ -143,7 +151,8 @@ class ResolvedCosts:
     `memory[s]`: activation bytes of one microbatch on stage s; `weight_memory[s]`: the
     part of it kept from I until W; `static[r]`: static bytes of rank r; `send_overhead`,
     `recv_overhead`, `step_overhead`, `switch_forward`, `switch_backward`: the executor
-    overheads of the cost model; `spread`, `transfer_spread`, `rank_spread`, `draws`:
+    overheads of the cost model; `place_factors`: per compute kind, the factors of the first
+    actions of a stage in a step; `spread`, `transfer_spread`, `rank_spread`, `draws`:
     duration_spread, transfer_spread, rank_spread and spread_draws.
     """
 
@@ -162,6 +171,7 @@ class ResolvedCosts:
     step_overhead: int = 0
     switch_forward: int = 0
     switch_backward: int = 0
+    place_factors: tuple[tuple[Kind, tuple[float, ...]], ...] = ()
     spread: tuple[float, ...] = ()
     transfer_spread: tuple[float, ...] = ()
     rank_spread: tuple[float, ...] = ()
@@ -187,7 +197,8 @@ class CostModel:
     Executor overheads (seconds, default 0): send_overhead (rank time per SEND),
     recv_overhead (least rank time per RECV), step_overhead (step time minus makespan),
     switch_forward / switch_backward (added to an F / a B, I or W that does not repeat
-    its rank's previous compute action's stage and kind).
+    its rank's previous compute action's stage and kind); place_factors (kind name -> factors
+    of the first actions of a stage and kind in a step, module docstring).
     Spread (module docstring): duration_spread, transfer_spread and rank_spread (relative
     factors of compute times, transfer times and a rank's compute in a step; default none)
     and spread_draws (replays, default 49).
@@ -214,6 +225,7 @@ class CostModel:
     step_overhead: float = 0.0
     switch_forward: float = 0.0
     switch_backward: float = 0.0
+    place_factors: Mapping[str, Sequence[float]] | tuple = ()
     duration_spread: Sequence[float] = ()
     transfer_spread: Sequence[float] = ()
     rank_spread: Sequence[float] = ()
@@ -246,6 +258,19 @@ class CostModel:
             if not isinstance(spread, (list, tuple)):
                 raise CostError(f"{name} must be a list of factors, got {spread!r}")
             object.__setattr__(self, name, tuple(_number(f"{name}[{i}]", x) for i, x in enumerate(spread)))
+        places = self.place_factors
+        if isinstance(places, tuple):  # already normalised (dataclasses.replace passes it back)
+            places = dict(places)
+        if not isinstance(places, Mapping) or any(k not in _COMPUTE_KINDS for k in places):
+            raise CostError(f"place_factors must map compute kinds ({', '.join(_COMPUTE_KINDS)}) to lists of factors, "
+                            f"got {places!r}")
+        checked = {}
+        for kind, factors in places.items():
+            if not isinstance(factors, (list, tuple)):
+                raise CostError(f"place_factors[{kind!r}] must be a list of factors, got {factors!r}")
+            checked[kind] = tuple(_number(f"place_factors[{kind!r}][{i}]", x) for i, x in enumerate(factors))
+        # A tuple of (kind, factors) pairs in kind order keeps the model hashable and its equality exact.
+        object.__setattr__(self, "place_factors", tuple((k, checked[k]) for k in _COMPUTE_KINDS if checked.get(k)))
         draws = self.spread_draws
         if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
             raise CostError(f"spread_draws must be an integer >= 1, got {draws!r}")
@@ -321,6 +346,7 @@ class CostModel:
             step_overhead=round(self.step_overhead * NS_PER_S),
             switch_forward=round(self.switch_forward * NS_PER_S),
             switch_backward=round(self.switch_backward * NS_PER_S),
+            place_factors=tuple((Kind(k), v) for k, v in self.place_factors),
             spread=self.duration_spread,
             transfer_spread=self.transfer_spread,
             rank_spread=self.rank_spread,
@@ -349,6 +375,8 @@ class CostModel:
                 value = list(value)
             if f.name in ("p2p_bandwidth", "allreduce_bandwidth") and math.isinf(value):
                 value = None
+            if f.name == "place_factors":
+                value = {k: list(v) for k, v in value}
             out[f.name] = value
         return out
 

@@ -18,7 +18,8 @@ Semantics (times are integer nanoseconds, so results are exact and deterministic
   after putting the tensor on the link, a RECV ends no earlier than ``recv_overhead``
   after the rank reached it, and a compute action that does not repeat the stage and
   kind of its rank's previous compute action costs ``switch_forward`` (F) or
-  ``switch_backward`` (B, I, W) more.
+  ``switch_backward`` (B, I, W) more; the first actions of a stage and kind in a step
+  (schedules.analysis.places) cost their stage cost times their ``place_factors``.
 
 With a duration spread (sim.costs) the program is replayed once per draw, each compute
 action's time (switch cost included) multiplied by its factor of `spread_factors` and
@@ -40,7 +41,7 @@ from dataclasses import dataclass
 import simpy
 
 from schedules import Action, Kind, Program, Schedule, ScheduleError, lower
-from schedules.analysis import switches
+from schedules.analysis import places, switches
 from schedules.ir import Direction, transfer_count
 
 from .costs import CostModel, ResolvedCosts, spread_factors
@@ -103,12 +104,20 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
 
     zero = [0] * n
     kept = costs.weight_memory
-    compute = {
-        Kind.F: table(costs.forward, costs.switch_forward, costs.memory, zero),
-        Kind.B: table(costs.backward, costs.switch_backward, zero, costs.memory),
-        Kind.I: table(costs.input, costs.switch_backward, zero, [m - k for m, k in zip(costs.memory, kept)]),
-        Kind.W: table(costs.weight, costs.switch_backward, zero, kept),
+    columns = {
+        Kind.F: (costs.forward, costs.switch_forward, costs.memory, zero),
+        Kind.B: (costs.backward, costs.switch_backward, zero, costs.memory),
+        Kind.I: (costs.input, costs.switch_backward, zero, [m - k for m, k in zip(costs.memory, kept)]),
+        Kind.W: (costs.weight, costs.switch_backward, zero, kept),
     }
+    compute = {kind: table(*column) for kind, column in columns.items()}
+    placed = dict(costs.place_factors)  # kind -> factors of a stage's first actions of that kind in a step
+
+    def first_op(kind: Kind, stage: int, place: int, switch: bool) -> tuple[int, ...]:
+        durations, extra, alloc, free = columns[kind]
+        time = round(durations[stage] * placed[kind][place]) + (extra if switch else 0)
+        return (_COMPUTE, time, alloc[stage], free[stage])
+
     durations = {Direction.FORWARD: costs.send_forward, Direction.BACKWARD: costs.send_backward}
     # What a SEND/RECV compiles to depends on its stage and kind, and its microbatch only
     # through the transfer number (Transfer.number: microbatch 0's plus the microbatch).
@@ -117,7 +126,7 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
     for rank, stream in enumerate(program.streams):
         row = []
         append = row.append
-        for action, switch in zip(stream, switches(stream)):
+        for action, switch, place in zip(stream, switches(stream), places(stream)):
             kind, stage, mb = action.kind, action.stage, action.microbatch
             if kind is Kind.REDUCE_GRAD and 0 <= stage < n:
                 append((_REDUCE, costs.reduce_grad[stage]))
@@ -128,7 +137,11 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
                 )
             choices = compute.get(kind)
             if choices is not None:
-                append(choices[stage][switch])
+                factors = placed.get(kind)
+                if factors is not None and place < len(factors):
+                    append(first_op(kind, stage, place, switch))
+                else:
+                    append(choices[stage][switch])
                 continue
             key = (stage, kind)
             if key not in comm:

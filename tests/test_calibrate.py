@@ -62,6 +62,9 @@ def stage_value(table, kind, role, layers):
     return table[kind][role] + layers * PER_LAYER[kind]
 
 
+PLACES: dict = {}  # the machine's place factors (none unless a test sets them)
+
+
 def true_costs(num_stages: int) -> CostModel:
     """The machine's cost model for a balanced cut of the model into `num_stages` stages."""
     roles = [role_of(s, num_stages) for s in range(num_stages)]
@@ -71,7 +74,7 @@ def true_costs(num_stages: int) -> CostModel:
         forward=per["F"], backward_full=per["B"], p2p_latency=LATENCY, p2p_bandwidth=BANDWIDTH,
         p2p_activation_bytes=BOUNDARY, activation_memory=[ACT_FIXED[r] + n * ACT_PER_LAYER for r, n in zip(roles, counts)],
         send_overhead=SEND, recv_overhead=RECV, step_overhead=STEP,
-        switch_forward=SWITCH["F"], switch_backward=SWITCH["B"],
+        switch_forward=SWITCH["F"], switch_backward=SWITCH["B"], place_factors=PLACES,
     )
 
 
@@ -207,6 +210,26 @@ def test_transfer_time_is_recovered_under_skewed_rank_clocks(tmp_path):
     assert c.p2p_bandwidth == pytest.approx(BANDWIDTH, rel=1e-9)
     # Gaps within a rank do not see another rank's clock.
     assert (c.dispatch_overhead, c.send_overhead, c.recv_overhead) == pytest.approx((DISPATCH, SEND, RECV), abs=1e-12)
+
+
+@pytest.mark.parametrize("places", [{"F": (1.25, 1.05), "B": (0.8, 1.1)}, {"B": (0.7,)}])
+def test_place_factors_recovered_and_carried_to_other_schedules(tmp_path, monkeypatch, places):
+    """A machine whose first backward of a stage in a step is cheaper (it assigns the gradients)
+    and whose first forwards are dearer: calibrating on its 1F1B run gives back the factors, the
+    switch costs and the per-layer fits exactly, and predicts GPipe (whose phases repeat, so
+    place and switch are told apart) and interleaved runs exactly."""
+    monkeypatch.setitem(globals(), "PLACES", places)
+    write_run(tmp_path / "calib", "1f1b", 8, profile=True)
+    c = calibrate(read_measured(tmp_path / "calib"))
+    expected = {k: tuple(places.get(k, ())) + (1.0,) * (2 - len(places.get(k, ()))) for k in ("F", "B")}
+    assert {k: tuple(v) for k, v in c.place_factors.items()} == {k: pytest.approx(v, rel=1e-9) for k, v in expected.items()}
+    assert (c.switch_forward, c.switch_backward) == pytest.approx((SWITCH["F"], SWITCH["B"]), abs=1e-12)
+    for kind in ("F", "B"):
+        assert c.compute[kind].per_layer == pytest.approx(PER_LAYER[kind], rel=1e-9)
+    for name, m, chunks in (("gpipe", 4, None), ("interleaved", 8, 2), ("1f1b", 2, None)):
+        truth = write_run(tmp_path / f"{name}-{m}", name, m, chunks)
+        schedule = schedules.build(name, ranks=2, microbatches=m, chunks=chunks)
+        assert simulate(schedule, c.cost_model(schedule.num_stages)).step_time == pytest.approx(truth, rel=1e-12)
 
 
 @pytest.mark.parametrize("name,m,chunks", [("gpipe", 4, None), ("1f1b", 16, None), ("interleaved", 8, 2),

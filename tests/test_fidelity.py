@@ -68,24 +68,26 @@ def test_run_slower_than_its_profile_on_one_role_is_replayed_exactly(runs, tmp_p
 
 def _with_factors(run, factor_of):
     """The run with each compute row's duration multiplied by factor_of(position in its group,
-    group size), groups as the calibration forms them (step, rank, stage, kind, switching)."""
-    tl = run.timeline.copy()
-    from sim.calibration import _switch_flags
+    group size), groups as the calibration forms them (step, rank, stage, kind, switching, place class)."""
+    from sim.calibration import compute_frame
 
-    tl["switch"] = _switch_flags(run)
-    compute = tl["kind"].isin(["F", "B"])
-    keys = ["step", "rank", "stage", "kind", "switch"]
-    position = tl[compute].groupby(keys).cumcount()
-    size = tl[compute].groupby(keys)["start"].transform("size")
+    tl = run.timeline.copy()
+    frame = compute_frame(run)
+    keys = ["step", "rank", "stage", "kind", "switch", "place"]
+    position = frame.groupby(keys).cumcount()
+    size = frame.groupby(keys)["duration"].transform("size")
     factors = pd.Series(1.0, index=tl.index)
-    factors[compute] = [factor_of(i, n) for i, n in zip(position, size)]
+    factors[frame.index] = [factor_of(i, n) for i, n in zip(position, size)]
     tl["end"] = tl["start"] + (tl["end"] - tl["start"]) * factors
-    return dataclasses.replace(run, timeline=tl.drop(columns="switch")), factors[compute], size
+    return dataclasses.replace(run, timeline=tl), factors[frame.index], size
 
 
 def test_duration_spread_recovered_from_known_factors(runs):
-    """Factors that average to 1 in every group (1 - a, 1 + a in pairs, 1 for an odd one out):
-    each residual is its factor, widened by sqrt(n / (n - 1)), and the spread is their quantiles."""
+    """Factors 1 - a, 1 + a in pairs within each step's group of one stage, kind, switching and
+    place class (1 for an odd one out): every group's step mean, so every typical cost and every
+    rank's factor in a step, stays the machine's, and each action's residual is its factor,
+    widened by sqrt(N / (N - 1)) for the N compute actions of its rank in its step. The spread
+    is their quantiles, scaled to mean 1."""
     a = 0.2
 
     def factor(i: int, n: int) -> float:
@@ -93,15 +95,20 @@ def test_duration_spread_recovered_from_known_factors(runs):
             return 1.0
         return 1 - a if i % 2 == 0 else 1 + a
 
-    run, factors, size = _with_factors(read_measured(runs / "1f1b"), factor)
-    keep = size.to_numpy() >= 2
-    f, n = factors.to_numpy()[keep], size.to_numpy()[keep]
-    expected = 1 + (f - 1) * np.sqrt(n / (n - 1))
+    base = read_measured(runs / "1f1b")
+    run, factors, _ = _with_factors(base, factor)
+    from sim.calibration import compute_frame
+
+    frame = compute_frame(base)
+    per_rank = frame.groupby(["step", "rank"])["duration"].transform("size").to_numpy()
+    expected = 1 + (factors.to_numpy() - 1) * np.sqrt(per_rank / (per_rank - 1))
     got = spread_residuals(run)
     assert sorted(got) == pytest.approx(sorted(expected), abs=1e-9)
     quantiles = spread_quantiles(got)
     assert len(quantiles) == SPREAD_QUANTILES
-    assert quantiles == pytest.approx(np.quantile(expected, (np.arange(SPREAD_QUANTILES) + 0.5) / SPREAD_QUANTILES))
+    raw = np.quantile(expected, (np.arange(SPREAD_QUANTILES) + 0.5) / SPREAD_QUANTILES)
+    assert quantiles == pytest.approx(raw / raw.mean())
+    assert np.mean(quantiles) == pytest.approx(1.0, abs=1e-12)
     # The spread lengthens the replay: a max over paths of noisy sums exceeds that of their means.
     c = calibrate(run)
     assert c.duration_spread == pytest.approx(quantiles)
@@ -186,10 +193,11 @@ def test_cli_calibrates_several_runs_and_stores_the_quality(runs, tmp_path, caps
 
 
 def test_rank_spread_recovered_from_known_step_factors(runs):
-    """Every compute action of rank r in step k takes g[k][r] times its cost. Each rank's median
-    over the 3 steps is 1, so the typical costs are the machine's and the rank residuals are
-    exactly the g's; within a step every group scales alike, so there is no duration spread."""
-    g = {0: (1.0, 0.8, 1.5), 1: (1.2, 1.0, 0.9)}
+    """Every compute action of rank r in step k takes g[k][r] times its cost. Each rank's mean
+    over the 3 steps is 1, so the typical costs (means over steps) are the machine's and the
+    rank residuals are exactly the g's; within a step every group scales alike, so there is no
+    duration spread."""
+    g = {0: (1.0, 0.8, 1.2), 1: (1.15, 1.0, 0.85)}
     run = read_measured(runs / "1f1b")
     tl = run.timeline.copy()
     compute = tl["kind"].isin(["F", "B"])

@@ -152,3 +152,13 @@ def test_random_legal_parameters_obey_the_bounds(name, p, m, v, f, b, w):
         assert result.peak_activation[0] == pytest.approx(min(p * v + p - 1, m * v) / v, rel=NS_REL)
     again = simulate(schedule, model)
     assert (again.makespan, again.busy, again.peak_activation) == (result.makespan, result.busy, result.peak_activation)
+
+
+@pytest.mark.parametrize("m", [1, 2, 4, 7])
+def test_place_factors_charge_a_stages_first_actions_in_a_step(m: int) -> None:
+    """One rank, GPipe: F of microbatch 0 costs 2F, B of microbatches 0 and 1 cost 0.5B and
+    1.5B (the first backward assigns the gradients later ones add to), the rest F and B."""
+    f, b = 1.0, 2.0
+    model = CostModel(forward=f, backward_full=b, place_factors={"F": [2.0], "B": [0.5, 1.5]})
+    expected = (2 * f + (m - 1) * f) + (0.5 * b + (1.5 * b if m > 1 else 0) + max(m - 2, 0) * b)
+    assert simulate(schedules.build("gpipe", ranks=1, microbatches=m), model).makespan == pytest.approx(expected, rel=REL)

@@ -110,6 +110,8 @@ def random_costs(rng: random.Random, schedule: Schedule, contention: bool = Fals
         step_overhead=rng.randint(0, 50) * 1e-6,
         switch_forward=rng.choice([0, rng.randint(1, 9)]) * 1e-6,
         switch_backward=rng.choice([0, rng.randint(1, 9)]) * 1e-6,
+        place_factors={k: [rng.choice([0.5, 0.75, 1.0, 1.3, 2.0]) for _ in range(rng.randint(0, 3))]
+                       for k in rng.sample(["F", "B", "I", "W"], rng.randint(0, 4))},
     )
 
 
@@ -129,14 +131,20 @@ def durations(costs: CostModel, action: Action) -> int:
     return ns(costs.backward_input) + ns(costs.backward_weight)
 
 
-def own_time(costs: CostModel, action: Action, previous: Action | None, factor: float = 1.0) -> int:
-    """Least time an action occupies its rank: compute time (plus the switch cost unless it
-    repeats the stage and kind of `previous`, the rank's previous compute action; times
-    `factor`, a spread draw's), or the SEND/RECV overhead."""
+def own_time(costs: CostModel, action: Action, previous: Action | None, factor: float = 1.0, earlier: int = 0) -> int:
+    """Least time an action occupies its rank: compute time (times its place factor when it is
+    among the first `len(place_factors[kind])` of its stage and kind on the rank, `earlier`
+    being how many came before it; plus the switch cost unless it repeats the stage and kind of
+    `previous`, the rank's previous compute action; times `factor`, a spread draw's), or the
+    SEND/RECV overhead."""
     if action.kind.is_compute:
         repeats = previous is not None and (previous.stage, previous.kind) == (action.stage, action.kind)
         switch = costs.switch_forward if action.kind is Kind.F else costs.switch_backward
-        own = durations(costs, action) + (0 if repeats else round(switch * NS))
+        base = durations(costs, action)
+        placed = dict(costs.place_factors).get(action.kind.value, ())
+        if earlier < len(placed):
+            base = round(base * placed[earlier])
+        own = base + (0 if repeats else round(switch * NS))
         return own if factor == 1.0 else round(own * factor)
     return round((costs.send_overhead if action.kind.is_send else costs.recv_overhead) * NS)
 
@@ -179,7 +187,8 @@ def critical_path(program, costs: CostModel, factors=None, transfer_factors=None
             nodes += [start, end]
             where[action] = (rank, i)
             factor = 1.0 if factors is None else factors[rank][i]
-            edges[start].append((end, own_time(costs, action, last_compute, factor)))
+            earlier = sum(1 for a in stream[:i] if (a.stage, a.kind) == (action.stage, action.kind))
+            edges[start].append((end, own_time(costs, action, last_compute, factor, earlier)))
             if action.kind.is_compute:
                 last_compute = action
             if i > 0:
