@@ -122,6 +122,10 @@ def gather(plan, payloads: list[dict[str, Any]], backend: str, device: torch.dev
         "device": device.type if device.type == "cpu" else torch.cuda.get_device_name(device),
         "torch_version": torch.__version__,
         "torch_threads": torch.get_num_threads(),
+        # Ranks of one host share its cores (the simulator's CostModel.cores); rank 0's host
+        # stands for every host.
+        "cpu_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", plan.layout.size)),
         "python": platform.python_version(),
         "timeout_seconds": plan.options.timeout,
         "clock_alignment": " ".join(CLOCK_DOC.split()),

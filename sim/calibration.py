@@ -264,7 +264,7 @@ class Calibration:
         """The cost model of `run`'s program and layer ranges and data-parallel size (after `check_run`)."""
         self.check_run(run)
         costs = self.cost_model(run.program.schedule.num_stages, run.stage_layers)
-        return replace(costs, data_parallel=data_parallel_of(run))
+        return replace(costs, data_parallel=data_parallel_of(run), cores=shared_cores(run))
 
     def gradient_bytes(self, layers: Sequence[tuple[int, int]]) -> list[int]:
         """Per stage holding `layers`, the bytes its REDUCE_GRAD all-reduces (0 if unknown)."""
@@ -504,6 +504,36 @@ def _fit_one(run: MeasuredRun) -> tuple[Calibration, tuple[np.ndarray, np.ndarra
         parameter_bytes=parameter_bytes,
         place_factors=places,
     ), (spread_residuals(run), transfer_residuals(run), rank_residuals(run))
+
+
+def shared_cores(run: MeasuredRun) -> int | None:
+    """The cores the run's ranks shared (CostModel.cores), or None when each had its own as far
+    as the run says: a CPU run on one host records them (summary.json's ``cpu_cores``,
+    ``local_world_size``); GPU runs, runs across hosts and runs from before the field: None."""
+    summary = run.summary
+    cores, local = summary.get("cpu_cores"), summary.get("local_world_size")
+    world = int((summary.get("layout") or {}).get("world_size", summary.get("ranks", 0)))
+    if summary.get("device") != "cpu" or not cores or local != world or cores >= world:
+        return None
+    return int(cores)
+
+
+def full_speed(timeline: pd.DataFrame, cores: int) -> np.ndarray:
+    """Per compute row of `timeline`, the time it would have taken on a processor of its own:
+    the integral over its span of min(1, cores / k(t)), k(t) the ranks computing at t in that
+    step (processor sharing, sim.engine.Processors; rank clocks taken as aligned)."""
+    out = np.zeros(len(timeline))
+    for _, rows in timeline.groupby("step", sort=False):
+        where = timeline.index.get_indexer(rows.index)
+        start, end = rows["start"].to_numpy(), rows["end"].to_numpy()
+        points = np.unique(np.concatenate([start, end]))
+        # ranks computing in each segment [points[i], points[i + 1])
+        k = np.searchsorted(np.sort(start), points[:-1], side="right") - np.searchsorted(np.sort(end), points[:-1],
+                                                                                          side="right")
+        rate = np.minimum(1.0, cores / np.maximum(k, 1))
+        integral = np.concatenate([[0.0], np.cumsum(np.diff(points) * rate)])
+        out[where] = integral[np.searchsorted(points, end)] - integral[np.searchsorted(points, start)]
+    return out
 
 
 def data_parallel_of(run: MeasuredRun) -> int:
@@ -773,7 +803,8 @@ def compute_costs(run: MeasuredRun, dispatch: float) -> tuple[dict[str, list[flo
 
 def compute_frame(run: MeasuredRun) -> pd.DataFrame:
     """The run's compute rows: step, rank, stage, kind, switch (schedules.analysis.switches),
-    place class (schedules.analysis.places up to min(PLACES, m - 1)) and duration (seconds)."""
+    place class (schedules.analysis.places up to min(PLACES, m - 1)) and duration (seconds; for
+    ranks that shared fewer cores than there were ranks, `full_speed`)."""
     timeline = run.timeline
     top = min(PLACES, run.program.schedule.microbatches - 1)
     flags = [switches(stream) for stream in run.program.streams]
@@ -786,7 +817,12 @@ def compute_frame(run: MeasuredRun) -> pd.DataFrame:
         "place": [min(order[r][i], top) for r, i in zip(ranks, position)],
         "duration": timeline["end"] - timeline["start"],
     })
-    return frame[timeline["kind"].isin(COMPUTE_NAMES)].copy()
+    frame = frame[timeline["kind"].isin(COMPUTE_NAMES)].copy()
+    cores = shared_cores(run)
+    if cores is not None:  # what each action would have cost on its own processor
+        frame["duration"] = full_speed(timeline.loc[frame.index, ["step", "start", "end"]].reset_index(drop=True),
+                                       cores)
+    return frame
 
 
 def stream_spans(timeline: pd.DataFrame, dispatch: float) -> list[float]:

@@ -65,6 +65,11 @@ stream), for machines where a transfer's time varies as much as a compute action
 ``rank_spread`` is slowness shared by all of a rank's compute in one step (a rank that
 loses its core for a while): each draw gives each rank one factor from the list (its own
 seeded stream), which multiplies every compute action of that rank besides its own factor.
+``cores`` (default none: every rank computes on its own processor): the ranks' compute
+shares that many processors, as on one host whose CPU executor runs more ranks than it has
+cores (4 ranks on 2 cores): while k compute actions run, each advances at min(1, cores / k)
+of its speed (processor sharing, the average of an operating system's time slices). A rank
+waiting in a RECV takes none. sim.calibration takes it from the predicted run's host.
 Data parallelism: a program lowered for d > 1 replicas (``schedules.lower(schedule, d)``)
 holds one REDUCE_GRAD per stage. It all-reduces ``grad_reduce_bytes`` of that stage (per
 stage, scalar split over a rank's v stages like compute) over ``data_parallel`` = d ranks in
@@ -177,6 +182,7 @@ class ResolvedCosts:
     rank_spread: tuple[float, ...] = ()
     draws: int = 1
     reduce_grad: tuple[int, ...] = ()  # per stage: ns of its REDUCE_GRAD all-reduce
+    cores: int = 0  # processors the ranks' compute shares (0: each rank has its own)
 
 
 @dataclass(frozen=True)
@@ -202,6 +208,7 @@ class CostModel:
     Spread (module docstring): duration_spread, transfer_spread and rank_spread (relative
     factors of compute times, transfer times and a rank's compute in a step; default none)
     and spread_draws (replays, default 49).
+    cores (module docstring): processors the ranks' compute shares (default None: one each).
     Data parallelism (module docstring): data_parallel (d, replicas), grad_reduce_bytes
     (per stage), allreduce_latency (seconds), allreduce_bandwidth (bytes per second, default
     unlimited).
@@ -234,6 +241,7 @@ class CostModel:
     grad_reduce_bytes: PerStage = 0
     allreduce_latency: float = 0.0
     allreduce_bandwidth: float = math.inf
+    cores: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("forward", "p2p_activation_bytes", "activation_memory", "static_memory"):
@@ -271,6 +279,8 @@ class CostModel:
             checked[kind] = tuple(_number(f"place_factors[{kind!r}][{i}]", x) for i, x in enumerate(factors))
         # A tuple of (kind, factors) pairs in kind order keeps the model hashable and its equality exact.
         object.__setattr__(self, "place_factors", tuple((k, checked[k]) for k in _COMPUTE_KINDS if checked.get(k)))
+        if self.cores is not None and (isinstance(self.cores, bool) or not isinstance(self.cores, int) or self.cores < 1):
+            raise CostError(f"cores must be a positive integer or null, got {self.cores!r}")
         draws = self.spread_draws
         if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
             raise CostError(f"spread_draws must be an integer >= 1, got {draws!r}")
@@ -351,6 +361,7 @@ class CostModel:
             transfer_spread=self.transfer_spread,
             rank_spread=self.rank_spread,
             draws=self.spread_draws if self.duration_spread or self.transfer_spread or self.rank_spread else 1,
+            cores=self.cores or 0,
             reduce_grad=tuple(
                 self.allreduce_ns(b) for b in _per_stage("grad_reduce_bytes", self.grad_reduce_bytes, n, v)
             ),

@@ -21,6 +21,11 @@ Semantics (times are integer nanoseconds, so results are exact and deterministic
   ``switch_backward`` (B, I, W) more; the first actions of a stage and kind in a step
   (schedules.analysis.places) cost their stage cost times their ``place_factors``.
 
+With ``cores`` (sim.costs; one host's CPU executor running more ranks than it has cores) the
+ranks' compute shares that many processors: while k actions compute, each advances at
+min(1, cores / k) of its speed (processor sharing; class Processors). Ranks waiting in a RECV
+take no processor.
+
 With a duration spread (sim.costs) the program is replayed once per draw, each compute
 action's time (switch cost included) multiplied by its factor of `spread_factors` and
 rounded to the nanosecond (times the rank's factor of the draw with a rank spread;
@@ -37,6 +42,8 @@ did not waits on a RECV whose SEND never happens, and ScheduleError names them a
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import math
 
 import simpy
 
@@ -84,7 +91,8 @@ def simulate(schedule_or_program: Schedule | Program, costs: CostModel) -> SimRe
     if resolved.draws > 1 or resolved.spread or resolved.transfer_spread or resolved.rank_spread:
         records = median_draw(compiled, resolved)
     else:
-        records = replay(compiled, resolved.contention, resolved.send_overhead, resolved.recv_overhead)
+        records = replay(compiled, resolved.contention, resolved.send_overhead, resolved.recv_overhead,
+                         resolved.cores)
     _check_finished(program, records)
     return SimResult.from_records(program, costs, resolved, records)
 
@@ -185,30 +193,84 @@ def median_draw(compiled: Compiled, costs: ResolvedCosts) -> list[RankRecord]:
     draws = []
     for draw in range(costs.draws):
         records = replay(spread_draw(compiled, costs, draw), costs.contention, costs.send_overhead,
-                         costs.recv_overhead)
+                         costs.recv_overhead, costs.cores)
         draws.append((max((r.times[-1] for r in records if r.times), default=0), draw, records))
     draws.sort(key=lambda x: (x[0], x[1]))
     return draws[(len(draws) - 1) // 2][2]
 
 
-def replay(compiled: Compiled, contention: bool, send_overhead: int = 0, recv_overhead: int = 0) -> list[RankRecord]:
+def replay(compiled: Compiled, contention: bool, send_overhead: int = 0, recv_overhead: int = 0,
+           cores: int = 0) -> list[RankRecord]:
     """Replay compiled streams in the SimPy model; returns what each rank's process recorded
-    (overheads in ns)."""
+    (overheads in ns; `cores` > 0: the ranks' compute shares that many processors)."""
     env = simpy.Environment()
     arrivals = [-1] * compiled.num_transfers  # arrival time of each transfer, -1 until sent
     waiters: dict[int, simpy.Event] = {}  # transfer id -> event of the rank blocked on it
     link_free = [0] * compiled.num_links  # time each directed link finishes its last transfer
     records = [RankRecord() for _ in compiled.ops]
+    shared = Processors(env, cores) if 0 < cores < len(compiled.ops) else None
     for ops, out in zip(compiled.ops, records):
         env.process(
-            _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overhead, recv_overhead, out)
+            _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overhead, recv_overhead, out,
+                          shared)
         )
     env.run()
     return records
 
 
-def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overhead, recv_overhead, out: RankRecord):
-    """Walk one rank's ops, recording into `out` as it goes."""
+class Processors:
+    """`cores` processors shared by the ranks' compute (processor sharing, as an operating
+    system's time slices do on average): while k actions compute, each advances at
+    min(1, cores / k) of its own speed. An action's work is its cost in ns at full speed;
+    completions are rounded up to whole nanoseconds, so times stay integers."""
+
+    def __init__(self, env: simpy.Environment, cores: int) -> None:
+        self.env, self.cores = env, cores
+        self.jobs: dict[int, list] = {}  # job number -> [work left (ns at full speed), event]
+        self.count = 0
+        self.since = 0  # when the work left was last brought up to date
+        self.version = 0  # bumps at each change, so a wake-up planned before it is ignored
+
+    def run(self, work: int) -> simpy.Event:
+        """An event that fires when `work` ns of full-speed compute is done."""
+        self._advance()
+        event = self.env.event()
+        self.jobs[self.count] = [float(work), event]
+        self.count += 1
+        self._plan()
+        return event
+
+    def _rate(self) -> float:
+        return min(1.0, self.cores / len(self.jobs))
+
+    def _advance(self) -> None:
+        now = self.env.now
+        if self.jobs and now > self.since:
+            done = (now - self.since) * self._rate()
+            for job in self.jobs.values():
+                job[0] -= done
+        self.since = now
+
+    def _plan(self) -> None:
+        self.version += 1
+        if self.jobs:
+            least = min(job[0] for job in self.jobs.values())
+            self.env.process(self._wake(self.version, max(math.ceil(least / self._rate() - 1e-9), 0)))
+
+    def _wake(self, version: int, delay: int):
+        yield self.env.timeout(delay)
+        if version != self.version:
+            return
+        self._advance()
+        for number in [n for n, job in self.jobs.items() if job[0] <= 1e-6]:
+            self.jobs.pop(number)[1].succeed()
+        self._plan()
+
+
+def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overhead, recv_overhead, out: RankRecord,
+                  shared: "Processors | None" = None):
+    """Walk one rank's ops, recording into `out` as it goes (compute on `shared` processors
+    when given, else on the rank's own)."""
     timeout = env.timeout
     record = out.times.append
     memory = out.memory
@@ -225,16 +287,21 @@ def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overh
                 memory.append((now, held))
                 if held > peak:
                     peak = held
+            start = now
             if duration:
                 # Zero-cost actions skip the event: times are max-plus in the inputs,
                 # so the order of same-time events cannot change any result.
-                yield timeout(duration)
+                if shared is None:
+                    yield timeout(duration)
+                    now += duration
+                else:
+                    yield shared.run(duration)
+                    now = env.now
             if first < 0:
-                first = now
+                first = start
+            record(start)
             record(now)
-            now += duration
-            record(now)
-            busy += duration
+            busy += now - start
             last = now
             if free:
                 held -= free

@@ -63,6 +63,7 @@ def stage_value(table, kind, role, layers):
 
 
 PLACES: dict = {}  # the machine's place factors (none unless a test sets them)
+CORES = None  # processors the machine's ranks share (None: one each, unless a test sets them)
 
 
 def true_costs(num_stages: int) -> CostModel:
@@ -74,7 +75,7 @@ def true_costs(num_stages: int) -> CostModel:
         forward=per["F"], backward_full=per["B"], p2p_latency=LATENCY, p2p_bandwidth=BANDWIDTH,
         p2p_activation_bytes=BOUNDARY, activation_memory=[ACT_FIXED[r] + n * ACT_PER_LAYER for r, n in zip(roles, counts)],
         send_overhead=SEND, recv_overhead=RECV, step_overhead=STEP,
-        switch_forward=SWITCH["F"], switch_backward=SWITCH["B"], place_factors=PLACES,
+        switch_forward=SWITCH["F"], switch_backward=SWITCH["B"], place_factors=PLACES, cores=CORES,
     )
 
 
@@ -119,6 +120,8 @@ def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profil
         "steps": steps, "warmup": 1, "step_times": [step_time] * steps, "step_time_median": step_time,
         "peak_activation_bytes": result.peak_activation_bytes, "stage_costs": stage_costs,
     }
+    if CORES is not None:  # a CPU run on one host records its cores
+        summary.update({"device": "cpu", "cpu_cores": CORES, "local_world_size": 2})
     (path / "summary.json").write_text(json.dumps(summary))
     if profile:
         records = [
@@ -230,6 +233,34 @@ def test_place_factors_recovered_and_carried_to_other_schedules(tmp_path, monkey
         truth = write_run(tmp_path / f"{name}-{m}", name, m, chunks)
         schedule = schedules.build(name, ranks=2, microbatches=m, chunks=chunks)
         assert simulate(schedule, c.cost_model(schedule.num_stages)).step_time == pytest.approx(truth, rel=1e-12)
+
+
+def test_ranks_sharing_one_core_are_calibrated_at_full_speed(tmp_path, monkeypatch):
+    """Both ranks of a machine with one core: every action that overlaps the other rank's runs
+    slower. The calibration takes each action's time on a processor of its own (the integral
+    of min(1, cores / ranks computing)), so it gives back the machine's per-layer and fixed
+    costs, replays its run and predicts GPipe under sharing (to the engine's whole-ns rounding);
+    with the cores unrecorded it would fit the slowed times."""
+    monkeypatch.setitem(globals(), "CORES", 1)
+    monkeypatch.setitem(globals(), "DISPATCH", 0.0)  # a measured row ends at its action's end
+    write_run(tmp_path / "calib", "1f1b", 8, profile=True)
+    run = read_measured(tmp_path / "calib")
+    c = calibrate(run)
+    for kind in ("F", "B"):
+        assert c.compute[kind].per_layer == pytest.approx(PER_LAYER[kind], rel=1e-6)
+        for role, value in FIXED[kind].items():
+            assert c.compute[kind].fixed[role] == pytest.approx(value + SWITCH[kind], rel=1e-5)
+    assert c.for_run(run).cores == 1
+    comparison, _ = compare_run(run, c.for_run(run))
+    assert abs(comparison.step_time_error) < 1e-6
+    truth = write_run(tmp_path / "gpipe", "gpipe", 4)
+    held_out = read_measured(tmp_path / "gpipe")
+    assert simulate(held_out.program, c.for_run(held_out)).step_time == pytest.approx(truth, rel=1e-6)
+    summary = json.loads((tmp_path / "calib" / "summary.json").read_text())
+    del summary["cpu_cores"]
+    (tmp_path / "calib" / "summary.json").write_text(json.dumps(summary))
+    slowed = calibrate(read_measured(tmp_path / "calib"))
+    assert all(a["B"] > b["B"] * 1.01 for a, b in zip(slowed.stages, c.stages))
 
 
 @pytest.mark.parametrize("name,m,chunks", [("gpipe", 4, None), ("1f1b", 16, None), ("interleaved", 8, 2),
