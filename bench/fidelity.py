@@ -15,7 +15,8 @@ locked runs of the shared machine do not land between them:
    keep the sweep short), predicted from
    each calibration by simulating the run's own program (`Calibration.for_run`); for p = 4
    also from the p = 2 group's 1F1B calibration of the same model and rows (4 ranks share 2
-   cores there, and the p = 2 calibration has not seen that).
+   cores there, which the p = 2 calibration has not seen: the prediction shares the run's
+   recorded cores among its ranks, `CostModel.cores`).
 
 Every held-out case runs --rounds times, round-robin within its group (the calibration runs,
 then all cases, then all again), so that the machine's drift hits every case alike; each
@@ -143,10 +144,10 @@ def main() -> int:
     parser.add_argument("--out", default="runs/fidelity")
     parser.add_argument("--figure", default=None)
     parser.add_argument("--groups", nargs="*", default=None, help="group names to run (default all)")
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--calibration-steps", type=int, default=12)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reuse", action="store_true")
     args = parser.parse_args()
     root = Path(args.out)
