@@ -63,3 +63,21 @@ def fail_rank_one(proc, how: str, timeout: float) -> float | None:
     waited = time.monotonic() - began
     os.kill(victim, signal.SIGKILL)
     return waited
+
+
+def spawn_ranks(target, world: int, args: tuple, timeout: float) -> list:
+    """Start `world` spawned processes running target(rank, *args), wait up to `timeout` s for
+    each, kill any still alive; their exit codes in rank order (None for a killed one)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=target, args=(r, *args)) for r in range(world)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=timeout)
+    codes = [proc.exitcode for proc in procs]
+    for proc in procs:
+        if proc.is_alive():
+            proc.kill()
+    return codes

@@ -21,7 +21,7 @@ from torch.distributed.tensor import DTensor
 
 import schedules
 from schedules.ir import Kind
-from ranks import free_port
+from ranks import free_port, spawn_ranks
 
 GROUP_TIMEOUT = 60
 
@@ -121,18 +121,6 @@ def _replicas_after_sgd(layout) -> dict:
     return {"max_relative_error": float(worst), "identical": bool(identical), "coords": list(here)}
 
 
-def _spawn(target, world, args) -> list:
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=target, args=(r, world, *args)) for r in range(world)]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join(timeout=300)
-    codes = [proc.exitcode for proc in procs]
-    for proc in procs:
-        if proc.is_alive():
-            proc.kill()
-    return codes
 
 
 @pytest.fixture(scope="module", params=[(2, 2, 1), (1, 2, 1), (1, 2, 2), (2, 2, 2)],
@@ -142,7 +130,7 @@ def matrix(request, tmp_path_factory):
     world = sizes[0] * sizes[1] * sizes[2]
     configs = configurations(sizes)
     out = str(tmp_path_factory.mktemp("dp") / "results.json")
-    codes = _spawn(_worker, world, (free_port(), sizes, configs, out))
+    codes = spawn_ranks(_worker, world, (world, free_port(), sizes, configs, out), timeout=300)
     assert codes == [0] * world, f"ranks exited with {codes}"
     with open(out) as f:
         data = json.load(f)

@@ -7,18 +7,17 @@ import datetime
 import gc
 import json
 import os
-import socket
 from collections import Counter
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from torch import nn
 
 import schedules
 from schedules.posting import posting_plan
 from schedules import Schedule
 from schedules.ir import B, F
+from ranks import free_port, spawn_ranks
 
 GROUP_TIMEOUT = 60  # seconds; a broken configuration fails instead of hanging the suite
 
@@ -219,19 +218,7 @@ def _session_with_sgd(world: int) -> float:
 
 
 def _run_group(world: int, configs: list[dict], out: str) -> list[dict]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=_worker, args=(r, world, port, configs, out)) for r in range(world)]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join(timeout=600)
-    codes = [proc.exitcode for proc in procs]
-    for proc in procs:
-        if proc.is_alive():
-            proc.kill()
+    codes = spawn_ranks(_worker, world, (world, free_port(), configs, out), timeout=600)
     assert codes == [0] * world, f"ranks exited with {codes}"
     with open(out) as f:
         return json.load(f)

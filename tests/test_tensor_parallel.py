@@ -15,13 +15,12 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from runtime import ConfigError, ModelSpec, build_model
 from runtime.models import CausalSelfAttention
 from runtime.tensor_parallel import check_tensor_parallel
-from ranks import fail_rank_one, free_port, rank_env, wait_ready
+from ranks import fail_rank_one, free_port, rank_env, spawn_ranks, wait_ready
 
 torch.set_num_threads(1)
 
@@ -213,17 +212,7 @@ def _replicas_after_sgd(layout) -> dict:
 
 
 def _spawn(target, world: int, out: str) -> list:
-    port = free_port()
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=target, args=(r, port, out)) for r in range(world)]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join(timeout=180)
-    codes = [proc.exitcode for proc in procs]
-    for proc in procs:
-        if proc.is_alive():
-            proc.kill()
+    codes = spawn_ranks(target, world, (free_port(), out), timeout=180)
     assert codes == [0] * world, f"ranks exited with {codes}"
     results = []
     for r in range(world):
