@@ -109,7 +109,6 @@ Number = Union[int, float]
 PerStage = Union[Number, Sequence[Number]]
 
 NS_PER_S = 1_000_000_000
-_COMPUTE_KINDS = COMPUTE_NAMES  # keys of place_factors
 DEFAULT_ACTIVATION_MEMORY = 2**30  # placeholder: one rank share = 1 GiB; unit-based results ignore it
 
 
@@ -269,8 +268,8 @@ class CostModel:
         places = self.place_factors
         if isinstance(places, tuple):  # already normalised (dataclasses.replace passes it back)
             places = dict(places)
-        if not isinstance(places, Mapping) or any(k not in _COMPUTE_KINDS for k in places):
-            raise CostError(f"place_factors must map compute kinds ({', '.join(_COMPUTE_KINDS)}) to lists of factors, "
+        if not isinstance(places, Mapping) or any(k not in COMPUTE_NAMES for k in places):
+            raise CostError(f"place_factors must map compute kinds ({', '.join(COMPUTE_NAMES)}) to lists of factors, "
                             f"got {places!r}")
         checked = {}
         for kind, factors in places.items():
@@ -278,7 +277,7 @@ class CostModel:
                 raise CostError(f"place_factors[{kind!r}] must be a list of factors, got {factors!r}")
             checked[kind] = tuple(_number(f"place_factors[{kind!r}][{i}]", x) for i, x in enumerate(factors))
         # A tuple of (kind, factors) pairs in kind order keeps the model hashable and its equality exact.
-        object.__setattr__(self, "place_factors", tuple((k, checked[k]) for k in _COMPUTE_KINDS if checked.get(k)))
+        object.__setattr__(self, "place_factors", tuple((k, checked[k]) for k in COMPUTE_NAMES if checked.get(k)))
         if self.cores is not None and (isinstance(self.cores, bool) or not isinstance(self.cores, int) or self.cores < 1):
             raise CostError(f"cores must be a positive integer or null, got {self.cores!r}")
         draws = self.spread_draws
