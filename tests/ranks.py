@@ -81,3 +81,48 @@ def spawn_ranks(target, world: int, args: tuple, timeout: float) -> list:
         if proc.is_alive():
             proc.kill()
     return codes
+
+
+def sgd_against_one_process(program, model, options, steps: int = 2, lr: float = 0.5):
+    """Run `steps` steps of `program` with SGD after each on this rank's stage, and the same on
+    one process's copy of the whole model (made before the stages are split) on the full batch.
+    Returns the largest relative difference of any parameter (tensor-parallel ones gathered whole)
+    and the session's parameters sorted by name, read before the session is finished."""
+    import copy
+
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    from runtime import Session
+
+    full = copy.deepcopy(model.full_module())
+    reference = torch.optim.SGD(full.parameters(), lr=lr)
+    for _ in range(steps):
+        reference.zero_grad()
+        model.loss(full(model.inputs), model.targets).backward()
+        reference.step()
+    want = dict(full.named_parameters())
+    with Session(program, model, options) as session:
+        local = torch.optim.SGD([p for _, p in session.named_parameters()], lr=lr)
+        for _ in range(steps):
+            session.step()
+            local.step()
+        params = sorted(session.named_parameters(), key=lambda item: item[0])
+        whole = {n: (p.full_tensor() if isinstance(p, DTensor) else p).detach() for n, p in params}
+        error = max(float((whole[n] - want[n].detach()).abs().max() / want[n].detach().abs().max()) for n in whole)
+        session.finish()
+    return error, params
+
+
+def assert_peer_failure_named(stderr: str, first_line: str, how: str, timeout: float) -> None:
+    """Rank 0's first error line of `stderr` matches the regex `first_line` and says how its peer
+    failed: "killed" (the connection closed) or stopped (nothing within the `timeout`)."""
+    import re
+
+    lines = [line for line in stderr.splitlines() if re.match(r"(rank \d+: )?error: ", line)]
+    assert lines, stderr
+    assert re.fullmatch(first_line, lines[0]), lines
+    if how == "killed":
+        assert "closed the connection" in lines[0]
+    else:
+        assert f"nothing arrived within the {timeout} s timeout" in lines[0]

@@ -5,7 +5,6 @@ optimizer steps, a dead or silent dp peer, and bad layouts refused on every rank
 Multi-process cases run in spawned gloo groups (as tests/test_runtime_check.py does),
 one group per world size, every configuration in a loop."""
 
-import copy
 import datetime
 import gc
 import json
@@ -21,7 +20,7 @@ from torch.distributed.tensor import DTensor
 
 import schedules
 from schedules.ir import Kind
-from ranks import free_port, spawn_ranks
+from ranks import free_port, sgd_against_one_process, spawn_ranks
 
 GROUP_TIMEOUT = 60
 
@@ -87,29 +86,13 @@ def _replicas_after_sgd(layout) -> dict:
     doing the same on the full batch, and against the other replicas, bit for bit."""
     import torch.distributed as dist
 
-    from runtime import RunOptions, Session, build_model
+    from runtime import RunOptions, build_model
 
     program = schedules.lower(schedules.build("zb-h1", ranks=layout.pp, microbatches=3), layout.dp)
     model = build_model(_spec("gpt", program.schedule.num_stages, 3 * layout.dp))
-    full = copy.deepcopy(model.full_module())  # before any stage is split
-    reference = torch.optim.SGD(full.parameters(), lr=0.5)
-    for _ in range(2):
-        reference.zero_grad()
-        model.loss(full(model.inputs), model.targets).backward()
-        reference.step()
-    want = dict(full.named_parameters())
-    with Session(program, model, RunOptions(timeout=GROUP_TIMEOUT, layout=layout)) as session:
-        local = torch.optim.SGD([p for _, p in session.named_parameters()], lr=0.5)
-        for _ in range(2):
-            session.step()
-            local.step()
-        params = sorted(session.named_parameters(), key=lambda item: item[0])
-        # Under tp a parameter is compared whole (gathered over the tp group) and, between
-        # replicas, as this rank's shard.
-        whole = {n: (p.full_tensor() if isinstance(p, DTensor) else p).detach() for n, p in params}
-        error = max(float((whole[n] - want[n].detach()).abs().max() / want[n].detach().abs().max()) for n in whole)
-        flat = torch.cat([(p.to_local() if isinstance(p, DTensor) else p).detach().reshape(-1) for _, p in params])
-        session.finish()
+    error, params = sgd_against_one_process(program, model, RunOptions(timeout=GROUP_TIMEOUT, layout=layout))
+    # Between replicas each rank's shard is compared bit for bit.
+    flat = torch.cat([(p.to_local() if isinstance(p, DTensor) else p).detach().reshape(-1) for _, p in params])
     gathered = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, flat)  # stages differ in size across pipeline ranks
     here = layout.coords(dist.get_rank())

@@ -14,7 +14,7 @@ import pytest
 
 import schedules
 from schedules.timeline import read_table
-from ranks import fail_rank_one, free_port, rank_env, wait_ready
+from ranks import assert_peer_failure_named, fail_rank_one, free_port, rank_env, wait_ready
 
 VENV_BIN = Path(sys.executable).parent
 TORCHRUN = str(VENV_BIN / "torchrun")
@@ -106,17 +106,9 @@ def test_a_dead_or_silent_peer_ends_the_run_with_an_error_naming_rank_and_wait(t
     assert proc.returncode == 1
     codes = re.findall(r"rank\s+: 0 \(local_rank: 0\)\s+exitcode\s+: (-?\d+)", stderr)
     assert codes == ["1"], stderr[-3000:]
-    lines = _our_lines(stderr)
-    assert lines, stderr
-    assert re.fullmatch(
-        r"error: rank 0: (gave up on \d+(RECV|SEND)_[FB]\d+ \(peer rank 1\)|barrier (before|after) "
-        r"(a warm-up|measured) step( \d+)? failed): .*",
-        lines[0],
-    ), lines
-    if how == "killed":
-        assert "closed the connection" in lines[0]
-    else:
-        assert f"nothing arrived within the {timeout} s timeout" in lines[0]
+    assert_peer_failure_named(
+        stderr, r"error: rank 0: (gave up on \d+(RECV|SEND)_[FB]\d+ \(peer rank 1\)|barrier (before|after) "
+        r"(a warm-up|measured) step( \d+)? failed): .*", how, timeout)
     _no_traceback_from_us(stderr)
     assert not (out / "summary.json").exists()
 

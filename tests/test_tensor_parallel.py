@@ -8,7 +8,6 @@ import datetime
 import json
 import math
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +19,8 @@ import torch.nn.functional as F
 from runtime import ConfigError, ModelSpec, build_model
 from runtime.models import CausalSelfAttention
 from runtime.tensor_parallel import check_tensor_parallel
-from ranks import fail_rank_one, free_port, rank_env, spawn_ranks, wait_ready
+from ranks import (assert_peer_failure_named, fail_rank_one, free_port, rank_env, sgd_against_one_process, spawn_ranks,
+                   wait_ready)
 
 torch.set_num_threads(1)
 
@@ -170,37 +170,21 @@ def _replicas_after_sgd(layout) -> dict:
     """Two zb-h1 steps with SGD after each on tp-sharded parameters: every parameter (gathered
     whole over tp) against one process doing the same on the full batch, and each rank's
     shard against the same shard of the other dp replicas, bit for bit."""
-    import copy
     import hashlib
 
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
 
     import schedules
-    from runtime import RunOptions, Session
+    from runtime import RunOptions
 
     program = schedules.lower(schedules.build("zb-h1", ranks=layout.pp, microbatches=2), layout.dp)
     model = build_model(ModelSpec(**dict(GPT, layers=program.schedule.num_stages, batch_size=2 * layout.dp)))
-    full = copy.deepcopy(model.full_module())
-    reference = torch.optim.SGD(full.parameters(), lr=0.5)
-    for _ in range(2):
-        reference.zero_grad()
-        model.loss(full(model.inputs), model.targets).backward()
-        reference.step()
-    want = dict(full.named_parameters())
-    with Session(program, model, RunOptions(timeout=60, layout=layout)) as session:
-        local = torch.optim.SGD([p for _, p in session.named_parameters()], lr=0.5)
-        for _ in range(2):
-            session.step()
-            local.step()
-        params = sorted(session.named_parameters())
-        sharded = sum(isinstance(p, DTensor) for _, p in params)
-        whole = {n: (p.full_tensor() if isinstance(p, DTensor) else p).detach() for n, p in params}
-        error = max(float((whole[n] - want[n].detach()).abs().max() / want[n].detach().abs().max()) for n in whole)
-        digest = hashlib.sha256()
-        for _, p in params:
-            digest.update((p.to_local() if isinstance(p, DTensor) else p).detach().numpy().tobytes())
-        session.finish()
+    error, params = sgd_against_one_process(program, model, RunOptions(timeout=60, layout=layout))
+    sharded = sum(isinstance(p, DTensor) for _, p in params)
+    digest = hashlib.sha256()
+    for _, p in params:
+        digest.update((p.to_local() if isinstance(p, DTensor) else p).detach().numpy().tobytes())
     digests = [None] * dist.get_world_size()
     dist.all_gather_object(digests, digest.hexdigest())
     errors = [None] * dist.get_world_size()
@@ -373,18 +357,10 @@ def test_a_dead_or_stopped_tp_peer_ends_the_run_with_one_line(tmp_path, how):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode != 0
-    lines = [line for line in stderr.splitlines() if re.match(r"(rank \d+: )?error: ", line)]
-    assert lines, stderr
     # Rank 0 waits in a tp collective of F or B, or (rarely) at a step's barrier.
-    assert re.fullmatch(
-        r"error: rank 0: (0[FB]\d+ failed in a collective of its tensor-parallel group \(ranks 0, 1\)|"
-        r"barrier (before|after) (a warm-up|measured) step( \d+)? failed): .*",
-        lines[0],
-    ), lines
-    if how == "killed":
-        assert "closed the connection" in lines[0]
-    else:
-        assert f"nothing arrived within the {timeout} s timeout" in lines[0]
+    assert_peer_failure_named(
+        stderr, r"error: rank 0: (0[FB]\d+ failed in a collective of its tensor-parallel group \(ranks 0, 1\)|"
+        r"barrier (before|after) (a warm-up|measured) step( \d+)? failed): .*", how, timeout)
     assert f"{os.sep}runtime{os.sep}" not in stderr, stderr
 
 
