@@ -120,7 +120,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from statistics import median
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
@@ -455,7 +455,8 @@ def _fit_one(run: MeasuredRun) -> tuple[Calibration, tuple[np.ndarray, np.ndarra
     """Every parameter fitted from one run, and the run's compute, transfer and rank spread
     residuals (no quality yet)."""
     schedule = run.program.schedule
-    dispatch, send, recv = executor_overheads(run)
+    transfers = transfer_rows(run)  # clock-aligned once: the overheads, latency and spread all read them
+    dispatch, send, recv = executor_overheads(run, transfers)
     measured, switch, places = compute_costs(run, dispatch)
     stages = run_stages(run, measured)
     diagnostics: dict[str, Any] = {}
@@ -468,7 +469,7 @@ def _fit_one(run: MeasuredRun) -> tuple[Calibration, tuple[np.ndarray, np.ndarra
                             f"the run at {run.rows}")
         compute, ratio = fit_compute(layers_profile["records"], stages, diagnostics)
         activation, weight_memory = fit_memory(layers_profile["records"])
-    latency, bandwidth = fit_p2p(run, diagnostics)
+    latency, bandwidth = fit_p2p(run, transfers, diagnostics)
     spans = stream_spans(run.timeline, dispatch)
     step_overhead = max(float(np.median([t - e for t, e in zip(run.step_times, spans)])), 0.0)
     boundaries = run.boundary_bytes
@@ -503,7 +504,7 @@ def _fit_one(run: MeasuredRun) -> tuple[Calibration, tuple[np.ndarray, np.ndarra
         allreduce_bandwidth=allreduce_bandwidth,
         parameter_bytes=parameter_bytes,
         place_factors=places,
-    ), (spread_residuals(run), transfer_residuals(run), rank_residuals(run))
+    ), (spread_residuals(run), transfer_residuals(transfers), rank_residuals(run))
 
 
 def shared_cores(run: MeasuredRun) -> int | None:
@@ -518,21 +519,21 @@ def shared_cores(run: MeasuredRun) -> int | None:
     return int(cores)
 
 
-def full_speed(timeline: pd.DataFrame, cores: int) -> np.ndarray:
-    """Per compute row of `timeline`, the time it would have taken on a processor of its own:
-    the integral over its span of min(1, cores / k(t)), k(t) the ranks computing at t in that
-    step (processor sharing, sim.engine.Processors; rank clocks taken as aligned)."""
-    out = np.zeros(len(timeline))
-    for _, rows in timeline.groupby("step", sort=False):
-        where = timeline.index.get_indexer(rows.index)
-        start, end = rows["start"].to_numpy(), rows["end"].to_numpy()
-        points = np.unique(np.concatenate([start, end]))
-        # ranks computing in each segment [points[i], points[i + 1])
-        k = np.searchsorted(np.sort(start), points[:-1], side="right") - np.searchsorted(np.sort(end), points[:-1],
-                                                                                          side="right")
-        rate = np.minimum(1.0, cores / np.maximum(k, 1))
+def full_speed(step: np.ndarray, start: np.ndarray, end: np.ndarray, cores: int) -> np.ndarray:
+    """Per compute row (its step, start, end), the time it would have taken on a processor of
+    its own: the integral over its span of min(1, cores / k(t)), k(t) the rows of its step
+    running at t (processor sharing, sim.engine.Processors; rank clocks taken as aligned)."""
+    out = np.zeros(len(start))
+    for k_step in np.unique(step):
+        here = step == k_step
+        a, b = start[here], end[here]
+        points = np.unique(np.concatenate([a, b]))
+        # rows running in each segment [points[i], points[i + 1])
+        running = np.searchsorted(np.sort(a), points[:-1], side="right") - np.searchsorted(np.sort(b), points[:-1],
+                                                                                            side="right")
+        rate = np.minimum(1.0, cores / np.maximum(running, 1))
         integral = np.concatenate([[0.0], np.cumsum(np.diff(points) * rate)])
-        out[where] = integral[np.searchsorted(points, end)] - integral[np.searchsorted(points, start)]
+        out[here] = integral[np.searchsorted(points, b)] - integral[np.searchsorted(points, a)]
     return out
 
 
@@ -635,10 +636,10 @@ def rank_residuals(run: MeasuredRun) -> np.ndarray:
     return (sums["duration"] / sums["typical"]).to_numpy()
 
 
-def transfer_residuals(run: MeasuredRun) -> np.ndarray:
+def transfer_residuals(transfers: Sequence[TransferRow]) -> np.ndarray:
     """Each in-run transfer time (`transfer_delays`) over their mean; none if there are none
     or their mean is not positive."""
-    delays = np.maximum(np.array(transfer_delays(run)), 0.0)
+    delays = np.maximum(np.array(transfer_delays(transfers)), 0.0)
     if not len(delays) or delays.mean() <= 0:
         return np.array([])
     return delays / delays.mean()
@@ -665,7 +666,7 @@ def fit_memory(records: list[dict]) -> tuple[LinearCost, LinearCost | None]:
     return activation, kept
 
 
-def executor_overheads(run: MeasuredRun) -> tuple[float, float, float]:
+def executor_overheads(run: MeasuredRun, transfers: Sequence[TransferRow]) -> tuple[float, float, float]:
     """(dispatch, send, recv) rank time per action, seconds (module docstring): least squares
     of every gap between consecutive actions of a rank on one constant per kind of the action
     before the gap (compute, SEND, RECV) plus a cost per receive posted in the gap."""
@@ -695,8 +696,8 @@ def executor_overheads(run: MeasuredRun) -> tuple[float, float, float]:
     recvs = run.timeline[run.timeline["kind"].isin(RECV_NAMES)]
     if not len(recvs):
         return after_compute, after_send, 0.0
-    transfer = transfer_time(run)
-    early = early_receive_times(run, transfer) if transfer is not None else []
+    transfer = transfer_time(transfers)
+    early = early_receive_times(transfers, transfer) if transfer is not None else []
     least = float(np.mean(early)) if early else float(np.quantile(recvs["end"] - recvs["start"], RECV_QUANTILE))
     return after_compute, after_send, post + least + after_recv
 
@@ -721,9 +722,11 @@ def posts_before(stream, ahead: PostAhead) -> list[int]:
     return counts
 
 
-def fit_p2p(run: MeasuredRun, diagnostics: dict) -> tuple[float, float]:
-    """(latency, bandwidth): in-run transfer time, split by the ping-pong's bandwidth when there is one."""
-    in_run = transfer_time(run)
+def fit_p2p(run: MeasuredRun, transfers: Sequence[TransferRow],
+            diagnostics: dict) -> tuple[float, float]:
+    """(latency, bandwidth): in-run transfer time (of `transfers`, `transfer_rows`), split by the
+    ping-pong's bandwidth when there is one."""
+    in_run = transfer_time(transfers)
     diagnostics["in_run_transfer_seconds"] = in_run
     p2p = (run.profile or {}).get("p2p")
     if p2p is None:
@@ -742,8 +745,7 @@ def compute_costs(run: MeasuredRun, dispatch: float) -> tuple[dict[str, list[flo
     what switching adds, and the factors of a stage's first places in a step (module docstring).
 
     Cells are (stage, place class, switching): the place class is the action's place
-    (schedules.analysis.places) up to P = min(PLACES, m - 1), so that every stage keeps a class
-    of later actions (at m = 1 there are no factors). A cell's value is the mean over
+    (schedules.analysis.places) up to `later_place` (at m = 1 there are no factors). A cell's value is the mean over
     steps of its actions' mean duration in the step, plus `dispatch` (the simulated action
     holds the loop's gap, which the measured row leaves out). The model value = c[stage] x
     f[class] + switch x switching, f = 1 for later actions, switch >= 0, is fitted by
@@ -752,8 +754,7 @@ def compute_costs(run: MeasuredRun, dispatch: float) -> tuple[dict[str, list[flo
     with no stage holding both, the switch stays 0 and c holds it.
     """
     frame = compute_frame(run)
-    m = run.program.schedule.microbatches
-    top = min(PLACES, m - 1)
+    top = later_place(run)
     frame["duration"] += dispatch
     costs, extra, factors = {}, {}, {}
     n = run.program.schedule.num_stages
@@ -801,12 +802,18 @@ def compute_costs(run: MeasuredRun, dispatch: float) -> tuple[dict[str, list[flo
     return costs, extra, factors
 
 
+def later_place(run: MeasuredRun) -> int:
+    """The place class of a stage's later actions in the run: min(PLACES, m - 1), so that every
+    stage keeps at least one action in it (places below it get factors)."""
+    return min(PLACES, run.program.schedule.microbatches - 1)
+
+
 def compute_frame(run: MeasuredRun) -> pd.DataFrame:
     """The run's compute rows: step, rank, stage, kind, switch (schedules.analysis.switches),
-    place class (schedules.analysis.places up to min(PLACES, m - 1)) and duration (seconds; for
+    place class (schedules.analysis.places up to `later_place`) and duration (seconds; for
     ranks that shared fewer cores than there were ranks, `full_speed`)."""
     timeline = run.timeline
-    top = min(PLACES, run.program.schedule.microbatches - 1)
+    top = later_place(run)
     flags = [switches(stream) for stream in run.program.streams]
     order = [places(stream) for stream in run.program.streams]
     position = timeline.groupby(["step", "rank"]).cumcount().to_numpy()
@@ -820,8 +827,8 @@ def compute_frame(run: MeasuredRun) -> pd.DataFrame:
     frame = frame[timeline["kind"].isin(COMPUTE_NAMES)].copy()
     cores = shared_cores(run)
     if cores is not None:  # what each action would have cost on its own processor
-        frame["duration"] = full_speed(timeline.loc[frame.index, ["step", "start", "end"]].reset_index(drop=True),
-                                       cores)
+        rows = timeline.loc[frame.index]
+        frame["duration"] = full_speed(rows["step"].to_numpy(), rows["start"].to_numpy(), rows["end"].to_numpy(), cores)
     return frame
 
 
@@ -834,34 +841,44 @@ def stream_spans(timeline: pd.DataFrame, dispatch: float) -> list[float]:
     return [float(x) for x in (ends.groupby(step).max() - timeline["start"].groupby(step).min()).sort_index()]
 
 
-def transfer_time(run: MeasuredRun) -> float | None:
-    """Mean in-run transfer time (module docstring), or None if no receiver ever waited."""
-    delays = transfer_delays(run)
+def transfer_time(transfers: Sequence[TransferRow]) -> float | None:
+    """Mean in-run transfer time of `transfers` (`transfer_rows`; module docstring), or None if
+    no receiver ever waited."""
+    delays = transfer_delays(transfers)
     return float(np.mean(delays)) if delays else None
 
 
-def transfer_delays(run: MeasuredRun) -> list[float]:
-    """Every in-run transfer time: RECV end - SEND start of transfers whose receiver was
-    already waiting when the send started (`transfer_rows`, clocks aligned)."""
-    return [end - at for at, start, end in transfer_rows(run) if start <= at]
+def transfer_delays(transfers: Sequence[TransferRow]) -> list[float]:
+    """Every in-run transfer time: RECV end - SEND start of `transfers` (`transfer_rows`) whose
+    receiver was already waiting when the send started."""
+    return [t.received - t.sent for t in transfers if t.reached <= t.sent]
 
 
-def early_receive_times(run: MeasuredRun, transfer: float) -> list[float]:
+def early_receive_times(transfers: Sequence[TransferRow], transfer: float) -> list[float]:
     """RECV row durations of receives reached at least `transfer` seconds after their SEND
     started (the data had had its in-run transfer time to arrive): what a RECV costs its rank
     when nothing is left to wait for (18-30 us on the README example's runs), rather than a
     low quantile of every RECV row, most of which include waiting."""
-    return [end - start for at, start, end in transfer_rows(run) if start >= at + transfer]
+    return [t.received - t.reached for t in transfers if t.reached >= t.sent + transfer]
 
 
-def transfer_rows(run: MeasuredRun) -> list[tuple[float, float, float]]:
-    """Per transfer of every step: (SEND start, RECV start, RECV end), on the sender's clock.
+class TransferRow(NamedTuple):
+    """One transfer of one step, on its sender's clock (seconds from the step's start)."""
+
+    sent: float  # SEND start
+    reached: float  # RECV start: the receiver got to it
+    received: float  # RECV end
+
+
+def transfer_rows(run: MeasuredRun) -> list[TransferRow]:
+    """Per transfer of every step: when it was sent, and its RECV's start and end, all on the
+    sender's clock.
 
     Rank clocks are aligned only at the step's barrier, so per step and pair of ranks the
     offset between their clocks is estimated as the middle of the interval that causality
     allows (no transfer arrives before it is sent) and taken out.
     """
-    out: list[tuple[float, float, float]] = []
+    out: list[TransferRow] = []
     transfer_of = {str(a): a.transfer for stream in run.program.streams for a in stream if a.kind.is_comm}
     for _, rows in run.step_frames():
         sends = rows[rows["kind"].isin(SEND_NAMES)]
@@ -881,7 +898,7 @@ def transfer_rows(run: MeasuredRun) -> list[tuple[float, float, float]]:
                 offset = (least + most) / 2 if least <= most else 0.0
             for sender, at, start, end in transfers:
                 shift = offset if sender == low else -offset  # receiver's times into the sender's clock
-                out.append((at, start + shift, end + shift))
+                out.append(TransferRow(at, start + shift, end + shift))
     return out
 
 

@@ -29,7 +29,7 @@ from schedules import ScheduleError
 from schedules.timeline import TIMELINE_COLUMNS
 from sim import CostError, CostModel, simulate
 from schedules.stages import balanced_layers, role_of
-from sim.calibration import Calibration, calibrate, transfer_time
+from sim.calibration import Calibration, calibrate, transfer_rows, transfer_time
 from sim.__main__ import main
 from sim.comparison import compare_run
 from sim.measured import read_measured
@@ -206,8 +206,8 @@ def test_transfer_time_is_recovered_under_skewed_rank_clocks(tmp_path):
     write_run(tmp_path / "skewed", "1f1b", 8, profile=True, skew=skew)
     write_run(tmp_path / "aligned", "1f1b", 8, profile=True)
     skewed, aligned = read_measured(tmp_path / "skewed"), read_measured(tmp_path / "aligned")
-    assert transfer_time(aligned) == pytest.approx(LATENCY + BOUNDARY / BANDWIDTH, abs=1e-12)
-    assert transfer_time(skewed) == pytest.approx(LATENCY + BOUNDARY / BANDWIDTH, abs=1e-12)
+    assert transfer_time(transfer_rows(aligned)) == pytest.approx(LATENCY + BOUNDARY / BANDWIDTH, abs=1e-12)
+    assert transfer_time(transfer_rows(skewed)) == pytest.approx(LATENCY + BOUNDARY / BANDWIDTH, abs=1e-12)
     c = calibrate(skewed)
     assert c.p2p_latency == pytest.approx(LATENCY, abs=1e-12)
     assert c.p2p_bandwidth == pytest.approx(BANDWIDTH, rel=1e-9)
