@@ -8,8 +8,12 @@ locked runs of the shared machine do not land between them:
 
 1. in each round (below), two calibration runs with ``--profile-layers --profile-p2p`` at m = 2p: 1F1B (F and B) and
    ZB-H1 (F, I and W), calibrated alone (``1f1b``) and together (``1f1b+zb-h1``,
-   `sim.calibration.calibrate_runs`); each calibration's self-replay error (`sim.quality.assess`) and the run's
-   step-time spread come from its quality report;
+   `sim.calibration.calibrate_runs`), and after the last round every round's pair together
+   (``pooled``: six runs, so that one run's luck averages out, as ``sim calibrate A B C`` does);
+   each calibration's self-replay error (`sim.quality.assess`) and the run's step-time spread
+   come from its quality report. The group's **noise floor** is the MAPE of predicting each
+   round's 1F1B calibration run from another round's 1F1B calibration: the same program on the
+   same machine, so what is left is run-to-run variation, which no cost model can predict;
 2. every schedule of SCHEDULES at m = p and m = 4p, one run each (zb-auto is left out: its
    program is planned from costs, so it is not one fixed program to predict; looped-bfs, to
    keep the sweep short), predicted from
@@ -27,7 +31,7 @@ median step time; predicted: the median over rounds of the predictions; spread: 
 median (median over rounds); range: lowest to highest of the rounds' medians. Ordering: for each
 group and m, every pair of schedules whose ranges do not overlap must be ordered by the
 prediction as measured. Writes OUT/results.csv,
-OUT/summary.json, the figure (predicted vs measured, from the 1F1B calibration), and prints
+OUT/summary.json, the figure (predicted vs measured, from the pooled calibration), and prints
 markdown tables. ``--reuse`` reads runs that already exist; ``--groups`` picks groups by name
 (e.g. ``mlp-8-p2``).
 """
@@ -38,6 +42,7 @@ import argparse
 import fcntl
 import itertools
 import json
+import math
 import os
 import resource
 import shutil
@@ -154,23 +159,27 @@ def main() -> int:
     chosen = [g for g in GROUPS if args.groups is None or group_name(*g) in args.groups]
     rows_out, calib_out = [], []
     p2_calibrations = {}
+    floors = {}  # group -> noise floor (`noise_floor`)
     began = time.time()
     for model, rows, p in chosen:
         name = group_name(model, rows, p)
         print(f"{name} ({time.time() - began:.0f} s in)", file=sys.stderr, flush=True)
         base = root / name
+        Path(LOCK).parent.mkdir(parents=True, exist_ok=True)
         lock = open(LOCK, "a")
         fcntl.flock(lock, fcntl.LOCK_EX)
         print(f"  lock taken ({time.time() - began:.0f} s in)", file=sys.stderr, flush=True)
         cases = list(itertools.product(SCHEDULES, (p, 4 * p)))
         measured = {case: [] for case in cases}
         rounds = []  # per round: its calibrations
+        own_runs = []  # per round: its calibration runs
         for k in range(args.rounds):
             suffix = "" if k == 0 else f"-r{k}"
             cal_runs = {s: read_measured(run_case(base / f"calibrate-{s}{suffix}", model, rows, p, s, 2 * p,
                                                   args.calibration_steps, args.warmup, True, args.reuse))
                         for s in ("1f1b", "zb-h1")}
             pair = [cal_runs["1f1b"], cal_runs["zb-h1"]]
+            own_runs.append(pair)
             rounds.append({"1f1b": assess(calibrate(cal_runs["1f1b"]), [cal_runs["1f1b"]]),
                            "1f1b+zb-h1": assess(calibrate_runs(pair), pair)})
             for schedule, m in cases:
@@ -178,10 +187,20 @@ def main() -> int:
                     base / f"{schedule}-m{m}{suffix}", model, rows, p, schedule, m, args.steps, args.warmup, False,
                     args.reuse)))
         lock.close()  # releases the lock
+        every = [r for pair in own_runs for r in pair]
+        pooled = assess(calibrate_runs(every), every)
+        for calibrations in rounds:
+            calibrations["pooled"] = pooled
+        floor = noise_floor([c["1f1b"] for c in rounds], [pair[0] for pair in own_runs])
+        floors[name] = floor
+        print(f"  noise floor (another round's 1F1B run predicted from this one's): MAPE {100 * floor:.1f}%",
+              file=sys.stderr, flush=True)
         if p == 2:
             p2_calibrations[(model, rows)] = [c["1f1b"] for c in rounds]
         for k, calibrations in enumerate(rounds):
             for label, c in calibrations.items():
+                if label == "pooled" and k > 0:
+                    continue  # one calibration for every round: its quality once
                 for entry in c.quality["runs"]:
                     calib_out.append({"group": name, "round": k, "calibration": label, **entry})
         for (schedule, m), runs in measured.items():
@@ -205,12 +224,24 @@ def main() -> int:
         pd.DataFrame(calib_out).to_csv(root / "calibrations.csv", index=False)
     table = pd.DataFrame(rows_out)
     summary = summarize(table, pd.DataFrame(calib_out))
+    for name, floor in floors.items():
+        summary["groups"][name]["noise_floor"] = floor
     summary["seconds"] = time.time() - began
     (root / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print_tables(table, pd.DataFrame(calib_out), summary)
     if args.figure:
         figure(table, args.figure)
     return 0
+
+
+def noise_floor(calibrations, runs) -> float:
+    """MAPE of predicting each round's 1F1B calibration run from every other round's 1F1B
+    calibration: the same program, shape and machine, so the error is run-to-run variation
+    alone (which core state, allocator and neighbours a run got). No model can predict a
+    held-out run closer than this on average."""
+    errors = [predict(c, run) / run.step_time_median - 1
+              for (j, run), (k, c) in itertools.product(enumerate(runs), enumerate(calibrations)) if j != k]
+    return float(np.nanmean(np.abs(errors))) if errors else float("nan")
 
 
 def summarize(table: pd.DataFrame, calib: pd.DataFrame) -> dict:
@@ -255,26 +286,28 @@ def print_tables(table: pd.DataFrame, calib: pd.DataFrame, summary: dict) -> Non
               f"{100 * r['step_time_spread']:.1f}% |")
     print()
     has_p2 = "err_p2" in table.columns
-    print("| group | schedule | m | measured ms (range of rounds) | spread in a run | from 1f1b | error | from 1f1b+zb-h1 | error |"
-          + (" from p=2 1f1b | error |" if has_p2 else ""))
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if has_p2 else ""))
+    print("| group | schedule | m | measured ms (range of rounds) | spread in a run | from 1f1b | error | from 1f1b+zb-h1 | error "
+          "| pooled | error |" + (" from p=2 1f1b | error |" if has_p2 else ""))
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if has_p2 else ""))
     for _, r in table.iterrows():
         line = (f"| {r['group']} | {r['schedule']} | {r['m']} | {r['measured_ms']:.2f} ({r['q1_ms']:.2f}-{r['q3_ms']:.2f}) "
                 f"| {100 * r['spread']:.0f}% | {r['pred_1f1b_ms']:.2f} | {100 * r['err_1f1b']:+.1f}% | "
-                f"{r['pred_1f1b+zb-h1_ms']:.2f} | {100 * r['err_1f1b+zb-h1']:+.1f}% |")
+                f"{r['pred_1f1b+zb-h1_ms']:.2f} | {100 * r['err_1f1b+zb-h1']:+.1f}% | "
+                f"{r['pred_pooled_ms']:.2f} | {100 * r['err_pooled']:+.1f}% |")
         if has_p2:
             line += (f" {r['pred_p2_ms']:.2f} | {100 * r['err_p2']:+.1f}% |" if not pd.isna(r.get("err_p2"))
                      else " | |")
         print(line)
     print()
-    print("| group | median spread | calibration | MAPE | largest error | ordering (pairs beyond the rounds' range) |")
-    print("|---|---:|---|---:|---|---|")
+    print("| group | median spread | noise floor | calibration | MAPE | largest error "
+          "| ordering (pairs beyond the rounds' range) |")
+    print("|---|---:|---:|---|---:|---|---|")
     for name, entry in summary["groups"].items():
         for label, s in entry.items():
-            if label == "median_spread":
+            if label in ("median_spread", "noise_floor"):
                 continue
             o = s["ordering"]
-            print(f"| {name} | {100 * entry['median_spread']:.0f}% | {label} | {100 * s['mape']:.1f}% | "
+            print(f"| {name} | {100 * entry['median_spread']:.0f}% | {100 * entry.get('noise_floor', math.nan):.1f}% | {label} | {100 * s['mape']:.1f}% | "
                   f"{100 * s['largest']:+.1f}% ({s['largest_case']}) | {o['agreed']}/{o['pairs']}"
                   + (f" (missed {', '.join(o['missed'])})" if o["missed"] else "") + " |")
 
@@ -287,13 +320,13 @@ def figure(table: pd.DataFrame, path: str) -> None:
 
     fig, ax = plt.subplots(figsize=(6.5, 6))
     for name, g in table.groupby("group", sort=False):
-        ax.errorbar(g["measured_ms"], g["pred_1f1b_ms"], xerr=[g["measured_ms"] - g["q1_ms"], g["q3_ms"] - g["measured_ms"]],
+        ax.errorbar(g["measured_ms"], g["pred_pooled_ms"], xerr=[g["measured_ms"] - g["q1_ms"], g["q3_ms"] - g["measured_ms"]],
                     fmt="o", ms=4, label=name, alpha=0.8)
     lo, hi = table["measured_ms"].min() * 0.8, table["measured_ms"].max() * 1.2
     ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
     ax.fill_between([lo, hi], [lo * 0.95, hi * 0.95], [lo * 1.05, hi * 1.05], color="0.85", label="within 5%")
     ax.set(xscale="log", yscale="log", xlabel="measured step time, ms (median of rounds, bar: their range)",
-           ylabel="predicted from the group's 1F1B run, ms", title="held-out runs, every schedule (bench/fidelity.py)")
+           ylabel="predicted from the group's 1F1B and ZB-H1 runs of every round, ms", title="held-out runs, every schedule (bench/fidelity.py)")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
