@@ -6,10 +6,11 @@ A shape group is (model, rows per microbatch, p). Each group's runs hold the loc
 /work/wt/cpu.lock (fcntl, as ``flock`` does) from the first to the last, so that other users'
 locked runs of the shared machine do not land between them:
 
-1. in each round (below), two calibration runs with ``--profile-layers --profile-p2p`` at m = 2p: 1F1B (F and B) and
-   ZB-H1 (F, I and W), calibrated alone (``1f1b``) and together (``1f1b+zb-h1``,
-   `sim.calibration.calibrate_runs`), and after the last round every round's pair together
-   (``pooled``: six runs, so that one run's luck averages out, as ``sim calibrate A B C`` does);
+1. in each round (below), three calibration runs with ``--profile-layers --profile-p2p`` at m = 2p: 1F1B (F and B),
+   ZB-H1 (F, I and W) and interleaved with 2 chunks (stages of half the size), calibrated: 1F1B alone (``1f1b``),
+   with ZB-H1 (``1f1b+zb-h1``, `sim.calibration.calibrate_runs`), all three (``three``: in-run costs at two
+   stage sizes), and after the last round every round's three together (``pooled``: nine runs, so that one
+   run's luck averages out, as ``sim calibrate A B C`` does);
    each calibration's self-replay error (`sim.quality.assess`) and the run's step-time spread
    come from its quality report. The group's **noise floor** is the MAPE of predicting each
    round's 1F1B calibration run from another round's 1F1B calibration: the same program on the
@@ -72,6 +73,9 @@ GROUPS = [("mlp", 8, 2), ("mlp", 256, 2), ("mlp", 2, 2), ("mlp", 64, 2), ("gpt",
           ("mlp", 8, 4), ("mlp", 256, 4), ("gpt", 8, 4)]
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "dualpipev")
 CHUNKS = {"interleaved": 2}
+# A 1F1B run (F, B), a ZB-H1 run (F, I, W) and an interleaved run (stages of half the size, two
+# per rank): the three together give in-run costs at two stage sizes (sim.calibration, several runs).
+CALIBRATION_SCHEDULES = ("1f1b", "zb-h1", "interleaved")
 LOCK = "/work/wt/cpu.lock"
 
 
@@ -177,21 +181,22 @@ def main() -> int:
             suffix = "" if k == 0 else f"-r{k}"
             cal_runs = {s: read_measured(run_case(base / f"calibrate-{s}{suffix}", model, rows, p, s, 2 * p,
                                                   args.calibration_steps, args.warmup, True, args.reuse))
-                        for s in ("1f1b", "zb-h1")}
-            pair = [cal_runs["1f1b"], cal_runs["zb-h1"]]
-            own_runs.append(pair)
-            rounds.append({"1f1b": assess(calibrate(cal_runs["1f1b"]), [cal_runs["1f1b"]]),
-                           "1f1b+zb-h1": assess(calibrate_runs(pair), pair)})
+                        for s in CALIBRATION_SCHEDULES}
+            trio = [cal_runs[s] for s in CALIBRATION_SCHEDULES]
+            own_runs.append(trio)
+            rounds.append({"1f1b": assess(calibrate(trio[0]), trio[:1]),
+                           "1f1b+zb-h1": assess(calibrate_runs(trio[:2]), trio[:2]),
+                           "three": assess(calibrate_runs(trio), trio)})
             for schedule, m in cases:
                 measured[(schedule, m)].append(read_measured(run_case(
                     base / f"{schedule}-m{m}{suffix}", model, rows, p, schedule, m, args.steps, args.warmup, False,
                     args.reuse)))
         lock.close()  # releases the lock
-        every = [r for pair in own_runs for r in pair]
+        every = [r for trio in own_runs for r in trio]
         pooled = assess(calibrate_runs(every), every)
         for calibrations in rounds:
             calibrations["pooled"] = pooled
-        floor = noise_floor([c["1f1b"] for c in rounds], [pair[0] for pair in own_runs])
+        floor = noise_floor([c["1f1b"] for c in rounds], [trio[0] for trio in own_runs])
         floors[name] = floor
         print(f"  noise floor (another round's 1F1B run predicted from this one's): MAPE {100 * floor:.1f}%",
               file=sys.stderr, flush=True)
@@ -286,14 +291,14 @@ def print_tables(table: pd.DataFrame, calib: pd.DataFrame, summary: dict) -> Non
               f"{100 * r['step_time_spread']:.1f}% |")
     print()
     has_p2 = "err_p2" in table.columns
-    print("| group | schedule | m | measured ms (range of rounds) | spread in a run | from 1f1b | error | from 1f1b+zb-h1 | error "
-          "| pooled | error |" + (" from p=2 1f1b | error |" if has_p2 else ""))
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|" if has_p2 else ""))
+    labels = [c[len("err_"):] for c in table.columns if c.startswith("err_") and c != "err_p2"]
+    print("| group | schedule | m | measured ms (range of rounds) | spread in a run |"
+          + "".join(f" from {label} | error |" for label in labels) + (" from p=2 1f1b | error |" if has_p2 else ""))
+    print("|---|---|---:|---:|---:|" + "---:|---:|" * (len(labels) + has_p2))
     for _, r in table.iterrows():
         line = (f"| {r['group']} | {r['schedule']} | {r['m']} | {r['measured_ms']:.2f} ({r['q1_ms']:.2f}-{r['q3_ms']:.2f}) "
-                f"| {100 * r['spread']:.0f}% | {r['pred_1f1b_ms']:.2f} | {100 * r['err_1f1b']:+.1f}% | "
-                f"{r['pred_1f1b+zb-h1_ms']:.2f} | {100 * r['err_1f1b+zb-h1']:+.1f}% | "
-                f"{r['pred_pooled_ms']:.2f} | {100 * r['err_pooled']:+.1f}% |")
+                f"| {100 * r['spread']:.0f}% |"
+                + "".join(f" {r[f'pred_{label}_ms']:.2f} | {100 * r[f'err_{label}']:+.1f}% |" for label in labels))
         if has_p2:
             line += (f" {r['pred_p2_ms']:.2f} | {100 * r['err_p2']:+.1f}% |" if not pd.isna(r.get("err_p2"))
                      else " | |")

@@ -19,8 +19,9 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   outside the steps, so its level is then scaled to the run: ``speed_ratio`` =
   (sum over the run's stages of their measured cost) / (the same sum predicted from
   the profile), one ratio per kind. A stage's measured cost is that of a switching
-  action at a later place (`compute_costs`, below): means over steps, not medians, since
-  a step's length adds its actions' times up and a median drops their tail.
+  action at a later place (`compute_costs`, below): within a step the mean, since a step's
+  length adds its actions' times up and a median would drop their tail; across steps the
+  median, as the step time replayed is the median step's.
   The fixed term of each role the run has is then set so that the run's own stages of
   that role cost what they measured (their mean; a stage's cost in the run depends on
   its rank's neighbours and load, not only on the profile's shape); the per-layer slope
@@ -103,11 +104,20 @@ every run whose error or spread exceeds sim.quality.QUALITY_LIMIT, so that a use
 miss (error beyond the spread) from a noisy machine (spread as large as the error).
 
 **Several runs** (`calibrate_runs`, same model and microbatch size): each run is fitted
-alone, then every scalar parameter and every per-layer fit is the mean over the runs
-(a role's fixed term over the runs that have it; a kind over the runs that have it, so
-that a 1F1B run and a zero-bubble run together give B as well as I and W), the spread's
-quantiles are those of
-all runs' residuals together, and the quality is reported for each run.
+alone, then every scalar parameter is the mean over the runs, the spread's quantiles are
+those of all runs' residuals together, and the quality is reported for each run. Compute
+(`in_run_fits`), per kind (a kind from the runs that have it, so that a 1F1B run and a
+zero-bubble run together give B as well as I and W): where the runs' own stages come in two
+or more sizes (a 1F1B run with 4 layers per stage and an interleaved one with 2), least
+squares over those stages' measured costs gives the slope and each role's fixed term from
+the run alone. The profile's shape is not the run's: at mlp 64 rows on 2 cores, anchored
+at 4 layers per stage it put a 2-layer stage's F at 0.77-0.99 ms where runs measured
+1.02-1.16 (its slope too steep, its fixed term negative), and two-stage-per-rank
+schedules were predicted 8-18% short. A kind seen at one size (I and W from ZB-H1) takes its
+profile slope times the mean ratio of in-run to profile slope of the kinds seen at two,
+fixed terms putting its stages at their measured cost; roles no run holds keep the
+profile's fixed term moved by the present roles' mean shift. With one size throughout, the
+mean of the runs' anchored profile fits (a role's fixed term over the runs that have it).
 
 Predictions hold for the same model at the same microbatch size (rows per
 microbatch); `check_run` refuses others.
@@ -416,13 +426,16 @@ def _combine(calibrations: list[Calibration], runs: Sequence[MeasuredRun]) -> Ca
     first = calibrations[0]
     compute = None
     if first.compute is not None:
-        compute = {}
+        profiled, points = {}, {}
         kinds = [k for k in COMPUTE_NAMES if any(k in c.compute for c in calibrations)]
         for kind in kinds:  # a 1F1B run gives F and B, a zero-bubble one F, I and W: keep all
             fits = [c.compute[kind] for c in calibrations if kind in c.compute]
             roles = sorted({r for f in fits for r in f.fixed}, key=ROLES.index)
-            compute[kind] = LinearCost(mean(f.per_layer for f in fits),
-                                       {r: mean(f.fixed[r] for f in fits if r in f.fixed) for r in roles})
+            profiled[kind] = LinearCost(mean(f.per_layer for f in fits),
+                                        {r: mean(f.fixed[r] for f in fits if r in f.fixed) for r in roles})
+            points[kind] = [(st["role"], st["layers"][1] - st["layers"][0], st[kind])
+                            for c in calibrations for st in c.stages if kind in st]
+        compute = in_run_fits(points, profiled)
     scalars = {name: mean(getattr(c, name) for c in calibrations) for name in (
         "dispatch_overhead", "switch_forward", "switch_backward", "send_overhead", "recv_overhead",
         "step_overhead", "p2p_latency")}
@@ -745,8 +758,10 @@ def compute_costs(run: MeasuredRun, dispatch: float) -> tuple[dict[str, list[flo
     what switching adds, and the factors of a stage's first places in a step (module docstring).
 
     Cells are (stage, place class, switching): the place class is the action's place
-    (schedules.analysis.places) up to `later_place` (at m = 1 there are no factors). A cell's value is the mean over
-    steps of its actions' mean duration in the step, plus `dispatch` (the simulated action
+    (schedules.analysis.places) up to `later_place` (at m = 1 there are no factors). A cell's value is the median over
+    steps of its actions' mean duration in the step (the mean within a step, whose length adds
+    them up; the median across steps, as the step time it replays is a median: a slow spell
+    over a few steps, 40-47 ms against 31-34 ms in one run, would otherwise lift every cost), plus `dispatch` (the simulated action
     holds the loop's gap, which the measured row leaves out). The model value = c[stage] x
     f[class] + switch x switching, f = 1 for later actions, switch >= 0, is fitted by
     alternating least squares weighted by the cell's actions per step (each step's length adds
@@ -763,7 +778,7 @@ def compute_costs(run: MeasuredRun, dispatch: float) -> tuple[dict[str, list[flo
         if not len(rows):
             continue
         per_step = rows.groupby(["stage", "place", "switch", "step"])["duration"].agg(["mean", "size"])
-        cells = per_step.groupby(level=[0, 1, 2]).agg(value=("mean", "mean"), weight=("size", "median"))
+        cells = per_step.groupby(level=[0, 1, 2]).agg(value=("mean", "median"), weight=("size", "median"))
         stage = cells.index.get_level_values(0).to_numpy()
         place = cells.index.get_level_values(1).to_numpy()
         flag = cells.index.get_level_values(2).to_numpy().astype(float)
@@ -899,6 +914,32 @@ def transfer_rows(run: MeasuredRun) -> list[TransferRow]:
             for sender, at, start, end in transfers:
                 shift = offset if sender == low else -offset  # receiver's times into the sender's clock
                 out.append(TransferRow(at, start + shift, end + shift))
+    return out
+
+
+def in_run_fits(points: Mapping[str, Sequence[tuple[str, int, float]]],
+                profiled: Mapping[str, LinearCost]) -> dict[str, LinearCost]:
+    """Per kind: fixed and per-layer costs from several runs' own stages (`points`: role,
+    layers, measured cost), where the runs hold stages of two or more sizes (module docstring,
+    several runs); `profiled` (the runs' mean anchored profile fits) where they do not."""
+    sized = {k: fit_linear(v)[0] for k, v in points.items() if len({n for _, n, _ in v}) >= 2}
+    ratios = [sized[k].per_layer / profiled[k].per_layer for k in sized if profiled[k].per_layer > 0]
+    out = {}
+    for kind, fit in profiled.items():
+        if kind in sized:
+            measured = sized[kind]
+        elif ratios:  # one size: the slope the other kinds' in-run fits give the profile's
+            slope = fit.per_layer * float(np.mean(ratios))
+            roles = sorted({r for r, _, _ in points[kind]}, key=ROLES.index)
+            measured = LinearCost(slope, {r: float(np.mean([v - n * slope for q, n, v in points[kind] if q == r]))
+                                          for r in roles})
+        else:
+            out[kind] = fit
+            continue
+        shared = [measured.fixed[r] - fit.fixed[r] for r in measured.fixed if r in fit.fixed]
+        shift = float(np.mean(shared)) if shared else 0.0  # roles no run holds: the profile's, moved alike
+        fixed = {**{r: v + shift for r, v in fit.fixed.items()}, **measured.fixed}
+        out[kind] = LinearCost(measured.per_layer, {r: fixed[r] for r in sorted(fixed, key=ROLES.index)})
     return out
 
 

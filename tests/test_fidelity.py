@@ -214,3 +214,92 @@ def test_rank_spread_recovered_from_known_step_factors(runs):
 
     plain = dataclasses.replace(c.for_run(run), rank_spread=())
     assert simulate(run.program, c.for_run(run)).makespan > simulate(run.program, plain).makespan
+
+
+def test_runs_at_two_stage_sizes_give_the_in_run_slope(runs, tmp_path, monkeypatch):
+    """A profile whose calls at 4 layers cost what the run's do but whose per-layer costs are
+    30% steeper (fixed costs lower to match: on the CPU executor a small stage's in-run cost is
+    above the profile's, a large one's is not). Anchored at the one stage size of a 1F1B run,
+    that slope stays and misprices stages of other sizes; a 1F1B run (4 layers per stage)
+    with an interleaved run (2 layers) gives the run's own slope and fixed costs exactly, and
+    predicts a third size (interleaved with 4 chunks, 1 layer per stage) exactly."""
+    for kind in ("F", "B"):
+        for role in synth.FIXED[kind]:
+            monkeypatch.setitem(synth.FIXED[kind], role, synth.FIXED[kind][role] - 0.3 * 4 * synth.PER_LAYER[kind])
+        monkeypatch.setitem(synth.PER_LAYER, kind, synth.PER_LAYER[kind] * 1.3)
+    write_run(tmp_path / "steep", "1f1b", 8, profile=True)
+    monkeypatch.undo()
+    for name in ("1f1b", "interleaved"):
+        shutil.copytree(runs / name, tmp_path / name)
+        shutil.copy(tmp_path / "steep" / "profile.json", tmp_path / name / "profile.json")
+    truth = write_run(tmp_path / "held-out", "interleaved", 8, chunks=4)
+    held_out = read_measured(tmp_path / "held-out")
+
+    from sim import simulate
+
+    alone = calibrate(read_measured(tmp_path / "1f1b"))
+    assert alone.compute["F"].per_layer == pytest.approx(1.3 * synth.PER_LAYER["F"], rel=1e-9)
+    assert abs(simulate(held_out.program, alone.for_run(held_out)).step_time / truth - 1) > 0.01
+    both = calibrate_runs([read_measured(tmp_path / name) for name in ("1f1b", "interleaved")])
+    for kind in ("F", "B"):
+        assert both.compute[kind].per_layer == pytest.approx(synth.PER_LAYER[kind], rel=1e-9)
+        for role, value in synth.FIXED[kind].items():
+            assert both.compute[kind].fixed[role] == pytest.approx(value + synth.SWITCH[kind], rel=1e-6, abs=1e-12)
+    assert simulate(held_out.program, both.for_run(held_out)).step_time == pytest.approx(truth, rel=1e-12)
+
+
+def test_a_kind_seen_at_one_stage_size_takes_the_other_kinds_slope_ratio():
+    """F at 2 and 4 layers per stage gives its in-run slope, 1/1.3 of the profile's; W, seen at
+    4 layers only, gets its profile slope times the same 1/1.3, and fixed costs that put its
+    stages at their measured costs (fixed 0.2 / 0.5 ms, 3 ms per layer)."""
+    from sim.calibration import LinearCost, in_run_fits
+
+    ms = 1e-3
+    f_fixed, w_fixed = {"first": 0.1 * ms, "last": 0.4 * ms}, {"first": 0.2 * ms, "last": 0.5 * ms}
+    points = {
+        "F": [(r, n, f_fixed[r] + n * 2 * ms) for r in ("first", "last") for n in (2, 4)],
+        "W": [(r, 4, w_fixed[r] + 4 * 3 * ms) for r in ("first", "last")],
+    }
+    profiled = {"F": LinearCost(2.6 * ms, {"first": 0.0, "middle": 0.0, "last": 0.0}),
+                "W": LinearCost(3.9 * ms, {"first": 0.0, "middle": 0.3 * ms, "last": 0.0})}
+    fits = in_run_fits(points, profiled)
+    assert fits["F"].per_layer == pytest.approx(2 * ms, rel=1e-12)
+    assert fits["W"].per_layer == pytest.approx(3 * ms, rel=1e-12)
+    for role in ("first", "last"):
+        assert fits["F"].fixed[role] == pytest.approx(f_fixed[role], abs=1e-15)
+        assert fits["W"].fixed[role] == pytest.approx(w_fixed[role], abs=1e-15)
+    # A role no run holds keeps the profile's intercept, moved by the present roles' mean shift.
+    assert fits["W"].fixed["middle"] == pytest.approx(0.3 * ms + 0.35 * ms, abs=1e-15)
+    assert fits["F"].fixed["middle"] == pytest.approx(0.25 * ms, abs=1e-15)
+
+
+def test_a_slow_spell_in_a_minority_of_steps_leaves_the_stage_costs(runs, tmp_path):
+    """Five steps, two of them 40% slower throughout (every row stretched from the step's
+    start): the step time replayed is the median, a fast step's, so each stage's cost is
+    the median over steps of its per-step mean, the unaltered run's to the last bit."""
+    shutil.copytree(runs / "1f1b", tmp_path / "run")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    t = summary["step_times"][0]
+    slow = (1.0, 1.4, 1.0, 1.4, 1.0)
+    summary["step_times"] = [t * f for f in slow]
+    summary["steps"] = len(slow)
+    (tmp_path / "run" / "summary.json").write_text(json.dumps(summary))
+    tl = pd.read_csv(runs / "1f1b" / "timeline.csv")
+    one = tl[tl["step"] == 0]
+    steps = []
+    for k, f in enumerate(slow):
+        step = one.assign(step=k)
+        step[["start", "end"]] *= f
+        steps.append(step)
+    pd.concat(steps).to_csv(tmp_path / "run" / "timeline.csv", index=False)
+    memory = pd.read_csv(runs / "1f1b" / "memory.csv")
+    one = memory[memory["step"] == 0]
+    pd.concat([one.assign(step=k) for k in range(len(slow))]).to_csv(tmp_path / "run" / "memory.csv", index=False)
+    spell = calibrate(read_measured(tmp_path / "run"))
+    plain = calibrate(read_measured(runs / "1f1b"))
+    for kind in ("F", "B"):
+        assert spell.compute[kind].per_layer == pytest.approx(plain.compute[kind].per_layer, rel=1e-9)
+        for role, value in plain.compute[kind].fixed.items():
+            assert spell.compute[kind].fixed[role] == pytest.approx(value, rel=1e-9, abs=1e-15)
+        for a, b in zip(spell.stages, plain.stages):
+            assert a[kind] == pytest.approx(b[kind], rel=1e-9)
