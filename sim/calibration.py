@@ -923,6 +923,7 @@ def in_run_fits(points: Mapping[str, Sequence[tuple[str, int, float]]],
     layers, measured cost), where the runs hold stages of two or more sizes (module docstring,
     several runs); `profiled` (the runs' mean anchored profile fits) where they do not."""
     sized = {k: fit_linear(v)[0] for k, v in points.items() if len({n for _, n, _ in v}) >= 2}
+    sized = {k: f for k, f in sized.items() if f.per_layer > 0}  # noise that inverts the sizes: keep the profile's
     ratios = [sized[k].per_layer / profiled[k].per_layer for k in sized if profiled[k].per_layer > 0]
     out = {}
     for kind, fit in profiled.items():

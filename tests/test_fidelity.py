@@ -303,3 +303,14 @@ def test_a_slow_spell_in_a_minority_of_steps_leaves_the_stage_costs(runs, tmp_pa
             assert spell.compute[kind].fixed[role] == pytest.approx(value, rel=1e-9, abs=1e-15)
         for a, b in zip(spell.stages, plain.stages):
             assert a[kind] == pytest.approx(b[kind], rel=1e-9)
+
+
+def test_stage_sizes_that_noise_inverted_keep_the_profile_fit():
+    """Runs whose 4-layer stages measured cheaper than their 2-layer ones (a slow spell in one
+    run) give no slope: the profile's fit stays, exactly."""
+    from sim.calibration import LinearCost, in_run_fits
+
+    ms = 1e-3
+    points = {"F": [("first", 2, 5 * ms), ("first", 4, 4 * ms), ("last", 2, 5 * ms), ("last", 4, 4 * ms)]}
+    profiled = {"F": LinearCost(1 * ms, {"first": 0.1 * ms, "last": 0.2 * ms})}
+    assert in_run_fits(points, profiled) == profiled
