@@ -19,9 +19,10 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   outside the steps, so its level is then scaled to the run: ``speed_ratio`` =
   (sum over the run's stages of their measured cost) / (the same sum predicted from
   the profile), one ratio per kind. A stage's measured cost is that of a switching
-  action at a later place (`compute_costs`, below): within a step the mean, since a step's
-  length adds its actions' times up and a median would drop their tail; across steps the
-  median, as the step time replayed is the median step's.
+  action at a later place (`compute_costs`, below): the mean over a step's actions and over
+  the steps, since a step's length adds its actions' times up and a median would drop their
+  tail (a median over steps replayed 81 calibration runs -2.2% short on average, the mean
+  +0.6%; within 2% of themselves: 39 against 51).
   The fixed term of each role the run has is then set so that the run's own stages of
   that role cost what they measured (their mean; a stage's cost in the run depends on
   its rank's neighbours and load, not only on the profile's shape); the per-layer slope
@@ -36,7 +37,8 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   (schedules.analysis.switches) finds other data in the caches. Per kind, over cells of
   (stage, place class, switching), each valued at the mean over steps of its actions' step
   mean: value = c[stage] x f[place class] + switch x switching, f = 1 from place
-  min(PLACES, m - 1) on, fitted by alternating least squares.
+  min(PLACES, m - 1) on; the switch from switching and repeating cells of the same stage and
+  place where some hold both, then c and f by alternating least squares (`fit_cells`).
   Calibrating on the stages' switching cost alone, as before, left a 1F1B run at m = 2 9.5%
   short of itself: its rank 0 repeats B, so the only switching B was the cheap first one.
 - **duration_spread**: how compute actions vary around their typical cost (a makespan is a
@@ -758,15 +760,11 @@ def compute_costs(run: MeasuredRun, dispatch: float) -> tuple[dict[str, list[flo
     what switching adds, and the factors of a stage's first places in a step (module docstring).
 
     Cells are (stage, place class, switching): the place class is the action's place
-    (schedules.analysis.places) up to `later_place` (at m = 1 there are no factors). A cell's value is the median over
-    steps of its actions' mean duration in the step (the mean within a step, whose length adds
-    them up; the median across steps, as the step time it replays is a median: a slow spell
-    over a few steps, 40-47 ms against 31-34 ms in one run, would otherwise lift every cost), plus `dispatch` (the simulated action
+    (schedules.analysis.places) up to `later_place` (at m = 1 there are no factors). A cell's value is the mean over
+    steps of its actions' mean duration in the step (a step's length adds them up, and the
+    spreads below are scaled to mean 1 around these), plus `dispatch` (the simulated action
     holds the loop's gap, which the measured row leaves out). The model value = c[stage] x
-    f[class] + switch x switching, f = 1 for later actions, switch >= 0, is fitted by
-    alternating least squares weighted by the cell's actions per step (each step's length adds
-    them up). A stage whose actions all switch, or all repeat, tells nothing about the switch;
-    with no stage holding both, the switch stays 0 and c holds it.
+    f[class] + switch x switching, f = 1 for later actions, is fitted by `fit_cells`.
     """
     frame = compute_frame(run)
     top = later_place(run)
@@ -778,43 +776,86 @@ def compute_costs(run: MeasuredRun, dispatch: float) -> tuple[dict[str, list[flo
         if not len(rows):
             continue
         per_step = rows.groupby(["stage", "place", "switch", "step"])["duration"].agg(["mean", "size"])
-        cells = per_step.groupby(level=[0, 1, 2]).agg(value=("mean", "median"), weight=("size", "median"))
-        stage = cells.index.get_level_values(0).to_numpy()
-        place = cells.index.get_level_values(1).to_numpy()
-        flag = cells.index.get_level_values(2).to_numpy().astype(float)
-        value, weight = cells["value"].to_numpy(), cells["weight"].to_numpy()
-        stages_here = np.unique(stage)
-        mixed = any(len(np.unique(flag[stage == st])) == 2 for st in stages_here)
-        f = np.ones(top + 1)
-        c, sw = np.zeros(n), 0.0
-        root = np.sqrt(weight)
-        for iteration in range(50):
-            # (c, switch) given f: linear least squares; the switch only where a stage has both
-            design = np.zeros((len(value), len(stages_here) + 1))
-            design[np.arange(len(value)), np.searchsorted(stages_here, stage)] = f[place]
-            design[:, -1] = flag
-            columns = list(range(len(stages_here))) + ([len(stages_here)] if mixed else [])
-            coef = np.linalg.lstsq(design[:, columns] * root[:, None], value * root, rcond=None)[0]
-            if mixed and coef[-1] < 0:  # switching cannot be cheaper: refit without it
-                columns = columns[:-1]
-                coef = np.linalg.lstsq(design[:, columns] * root[:, None], value * root, rcond=None)[0]
-            c[stages_here] = coef[:len(stages_here)]
-            sw = float(coef[-1]) if len(columns) > len(stages_here) else 0.0
-            # f given (c, switch): one ratio per place class below `top`
-            before = f.copy()
-            y = value - sw * flag
-            for q in range(top):
-                here = place == q
-                scale = np.sum(weight[here] * c[stage[here]] ** 2)
-                if here.any() and scale > 0:
-                    f[q] = max(float(np.sum(weight[here] * y[here] * c[stage[here]]) / scale), 0.0)
-            if np.max(np.abs(f - before)) < 1e-12:
-                break
-        costs[kind] = [float(c[st]) + sw - dispatch if st in stage else 0.0 for st in range(n)]
-        extra[kind] = sw
+        cells = per_step.groupby(level=[0, 1, 2]).agg(value=("mean", "mean"), weight=("size", "median"))
+        fit = fit_cells(Cells(cells.index.get_level_values(0).to_numpy(), cells.index.get_level_values(1).to_numpy(),
+                              cells.index.get_level_values(2).to_numpy().astype(bool), cells["value"].to_numpy(),
+                              cells["weight"].to_numpy()), top)
+        costs[kind] = [fit.stage_cost[st] + fit.switch - dispatch if st in fit.stage_cost else 0.0 for st in range(n)]
+        extra[kind] = fit.switch
         if top > 0:
-            factors[kind] = tuple(float(x) for x in f[:top])
+            factors[kind] = fit.factors[:top]
     return costs, extra, factors
+
+
+@dataclass(frozen=True)
+class Cells:
+    """One kind's cells (`compute_costs`), one entry per (stage, place class, switching)."""
+    stage: np.ndarray
+    place: np.ndarray
+    switching: np.ndarray
+    value: np.ndarray
+    weight: np.ndarray  # actions per step in the cell
+
+
+@dataclass(frozen=True)
+class CellFit:
+    stage_cost: dict[int, float]  # c[stage]: a repeating action's cost at a later place
+    switch: float
+    factors: tuple[float, ...]  # f[place class], the last (later places) 1
+
+
+def fit_cells(cells: Cells, top: int) -> CellFit:
+    """value = c[stage] x f[place] + switch x switching, f = 1 for later places, switch >= 0.
+
+    Where a stage and place class hold both switching and repeating actions, the switch is
+    their difference (weighted mean over such pairs), fixed before c and f are fitted. Fitted
+    jointly with them instead, it acted as a constant added to almost every cell (in a ZB-H1
+    run all W but one switch), which c x f then offset: c went negative, f to x8 and x0.08,
+    and the run replayed 57% long. Where no such pair exists (1F1B's F: only stage 0's
+    second F repeats), the switch is fitted jointly, identified through f being shared by
+    the stages, and only where some stage holds both. Alternating least squares, weighted by
+    the cell's actions per step (each step's length adds them up): (c, switch) given f, then
+    each f given c.
+    """
+    differences, weights = [], []
+    for st, q in sorted(set(zip(cells.stage.tolist(), cells.place.tolist()))):
+        here = (cells.stage == st) & (cells.place == q)
+        on, off = here & cells.switching, here & ~cells.switching
+        if on.any() and off.any():
+            differences.append(float(cells.value[on][0] - cells.value[off][0]))
+            weights.append(float(cells.weight[on][0] + cells.weight[off][0]))
+    direct = max(float(np.average(differences, weights=weights)), 0.0) if differences else None
+    stages = np.unique(cells.stage)
+    joint = direct is None and any(len(np.unique(cells.switching[cells.stage == st])) == 2 for st in stages)
+    flag = cells.switching.astype(float)
+    root = np.sqrt(cells.weight)
+    f = np.ones(top + 1)
+    switch = direct or 0.0
+    for _ in range(50):
+        design = np.zeros((len(cells.value), len(stages) + 1))
+        design[np.arange(len(cells.value)), np.searchsorted(stages, cells.stage)] = f[cells.place]
+        design[:, -1] = flag
+        columns = list(range(len(stages))) + ([len(stages)] if joint else [])
+        target = cells.value - (0.0 if joint else switch) * flag
+        coef = np.linalg.lstsq(design[:, columns] * root[:, None], target * root, rcond=None)[0]
+        if joint and coef[-1] < 0:  # switching cannot be cheaper: refit without it
+            columns = columns[:-1]
+            target = cells.value
+            coef = np.linalg.lstsq(design[:, columns] * root[:, None], target * root, rcond=None)[0]
+        c = coef[:len(stages)]
+        if joint:
+            switch = float(coef[-1]) if len(columns) > len(stages) else 0.0
+        before = f.copy()
+        y = cells.value - switch * flag
+        scale = c[np.searchsorted(stages, cells.stage)]
+        for q in range(top):
+            here = cells.place == q
+            denominator = np.sum(cells.weight[here] * scale[here] ** 2)
+            if here.any() and denominator > 0:
+                f[q] = max(float(np.sum(cells.weight[here] * y[here] * scale[here]) / denominator), 0.0)
+        if np.max(np.abs(f - before)) < 1e-12:
+            break
+    return CellFit({int(st): float(x) for st, x in zip(stages, c)}, switch, tuple(float(x) for x in f))
 
 
 def later_place(run: MeasuredRun) -> int:
