@@ -331,7 +331,7 @@ def figure(table: pd.DataFrame, path: str) -> None:
     ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
     ax.fill_between([lo, hi], [lo * 0.95, hi * 0.95], [lo * 1.05, hi * 1.05], color="0.85", label="within 5%")
     ax.set(xscale="log", yscale="log", xlabel="measured step time, ms (median of rounds, bar: their range)",
-           ylabel="predicted from the group's 1F1B and ZB-H1 runs of every round, ms", title="held-out runs, every schedule (bench/fidelity.py)")
+           ylabel="predicted from the pooled calibration, ms", title="held-out runs, every schedule (bench/fidelity.py)")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
