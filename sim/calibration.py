@@ -799,6 +799,7 @@ class Cells:
 
 @dataclass(frozen=True)
 class CellFit:
+    """`fit_cells`' answer for one kind."""
     stage_cost: dict[int, float]  # c[stage]: a repeating action's cost at a later place
     switch: float
     factors: tuple[float, ...]  # f[place class], the last (later places) 1
