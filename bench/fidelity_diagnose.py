@@ -49,7 +49,7 @@ def replay_with(compiled: Compiled, resolved, durations: list[list[float]]) -> f
             row.append((_COMPUTE, round(d * NS), op[2], op[3]) if op[0] == _COMPUTE else op)
         ops.append(tuple(row))
     records = replay(Compiled(tuple(ops), compiled.num_transfers, compiled.num_links), resolved.contention,
-                     resolved.send_overhead, resolved.recv_overhead)
+                     resolved.send_overhead, resolved.recv_overhead, resolved.cores, resolved.transfer_load)
     return max(r.last if r.times else 0 for r in records) / NS
 
 

@@ -54,9 +54,9 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   their typical costs, as SPREAD_QUANTILES quantiles scaled to mean 1; the simulator gives
   each rank one such factor per draw.
 - **transfer_spread**: the same for transfer times: each in-run transfer time (below)
-  over their mean, as SPREAD_QUANTILES quantiles scaled to mean 1. On a loaded machine a transfer waits
-  for the sending or receiving thread to get a core, and both ranks then wait in RECV
-  far longer than the mean says.
+  over the transfer law's at the loads it saw, as SPREAD_QUANTILES quantiles scaled to mean 1.
+  On a loaded machine a transfer waits for the sending or receiving thread to get a core, and
+  both ranks then wait in RECV far longer than the law says.
 - **Executor overheads** (rank time that is neither compute nor waiting): every gap
   between the end of an action and the start of the next on its rank (a SEND's "end"
   is its start: its row runs until delivery) is fitted by least squares as a
@@ -68,17 +68,25 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   millisecond) count. ``dispatch_overhead`` is added to every compute action;
   ``send_overhead`` is the SEND constant; ``recv_overhead`` is the RECV constant plus
   the posting cost plus the time to complete a receive whose data is already there (the
-  mean RECV row of receives reached at least the in-run transfer time after their SEND
-  started; without any, the 10th percentile of RECV rows).
-- **p2p_latency / p2p_bandwidth**: a transfer takes ``latency + bytes / bandwidth``.
-  In-run transfer time: ``RECV end - SEND start`` over transfers whose receiver was
-  already waiting when the send started, averaged (mean, for the same reason). Rank
-  clocks are aligned only at the step's barrier, so per step and pair of ranks their
-  offset is estimated as the middle of the interval that causality allows (nothing
-  arrives before it is sent) and taken out first. Bandwidth comes from the ping-pong
-  of ``--profile-p2p`` (least squares of one-way time on bytes) and the latency is the
-  in-run time minus the bandwidth term; without a ping-pong, bandwidth is unlimited
-  and the latency is the in-run time.
+  mean RECV row of receives reached once the transfer law below had done their whole
+  transfer; without any, the 10th percentile of RECV rows).
+- **p2p_latency / p2p_bandwidth / p2p_load_latency**: a transfer takes ``latency + bytes /
+  bandwidth`` on an idle machine and ``p2p_load_latency`` more per rank computing while it is
+  on the wire (sim.costs; the law and its fit: sim.transfers). In-run transfers: ``RECV end -
+  SEND start`` of those whose receiver was already waiting when the send started, with the
+  ranks that computed meanwhile, on one clock per step (rank clocks are aligned only at the
+  step's barrier). The law's two parameters are fitted to them by least squares in seconds
+  (means, for the same reason), together with the clocks where the load term is not 0;
+  loads that do not vary, or a fit whose slope is not positive, give the mean transfer time
+  and no load term. The load term is fitted only for a run whose ranks shared fewer cores
+  than there were ranks (`shared_cores`), where a transfer's threads wait for a core that
+  compute holds; elsewhere a transfer takes the mean in-run time, as before. At p=2 on two
+  cores the fit found load terms of 0.45-1.5 ms per computing rank that did not carry to
+  other schedules: held-out MAPE of the p=2 groups rose from 1.7-7.3% to 1.4-14.1% (three
+  calibration runs) and up to 33% (pooled), predicting interleaved and V runs long by 30-50%
+  (README, "Transfers that wait for a core"). Bandwidth comes from the ping-pong of ``--profile-p2p`` (least squares of
+  one-way time on bytes) and the latency is the idle in-run time minus the bandwidth term;
+  without a ping-pong, bandwidth is unlimited and the latency is the idle in-run time.
 - **step_overhead**: measured step time (barrier to barrier, rank 0) minus the span of
   the step's streams (earliest row start to latest row end, a compute row's end taken
   `dispatch_overhead` later as the simulator's row includes that gap), median over steps:
@@ -132,7 +140,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from statistics import median
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -144,6 +152,8 @@ from schedules.stages import ROLES, balanced_layers, role_of
 
 from .costs import CostError, CostModel
 from .measured import MeasuredRun
+from .transfers import (TransferRow, early_receive_times, transfer_fit, transfer_residuals, transfer_rows,
+                        transfer_time)
 
 FORMAT = "bubblescope-calibration"
 VERSION = 4
@@ -191,6 +201,7 @@ class Calibration:
     step_overhead: float
     p2p_latency: float
     p2p_bandwidth: float = math.inf
+    p2p_load_latency: float = 0.0
     duration_spread: tuple[float, ...] = ()
     transfer_spread: tuple[float, ...] = ()
     rank_spread: tuple[float, ...] = ()
@@ -257,6 +268,7 @@ class Calibration:
             **backward,
             p2p_latency=self.p2p_latency,
             p2p_bandwidth=self.p2p_bandwidth,
+            p2p_load_latency=self.p2p_load_latency,
             p2p_activation_bytes=self.boundary_bytes,
             activation_memory=[max(round(x), 0) for x in memory],
             weight_memory=None if kept is None else [min(max(round(k), 0), max(round(m), 0)) for k, m in zip(kept, memory)],
@@ -321,7 +333,8 @@ class Calibration:
         lines.append(f"  overheads: dispatch {us(self.dispatch_overhead)} per compute action, send {us(self.send_overhead)}, "
                      f"recv {us(self.recv_overhead)}, step {us(self.step_overhead)}")
         bandwidth = "unlimited" if math.isinf(self.p2p_bandwidth) else f"{self.p2p_bandwidth / 1e9:.2f} GB/s"
-        lines.append(f"  p2p: latency {us(self.p2p_latency)}, bandwidth {bandwidth}, {self.boundary_bytes:,} bytes per boundary")
+        lines.append(f"  p2p: latency {us(self.p2p_latency)}, bandwidth {bandwidth}, {self.boundary_bytes:,} bytes per boundary, "
+                     f"+{us(self.p2p_load_latency)} per rank computing meanwhile")
         if self.duration_spread:
             q = np.quantile(self.duration_spread, [0.1, 0.5, 0.9])
             cv = float(np.std(self.duration_spread) / np.mean(self.duration_spread))
@@ -333,7 +346,7 @@ class Calibration:
                          "of its typical")
         if self.transfer_spread:
             q = np.quantile(self.transfer_spread, [0.1, 0.5, 0.9])
-            lines.append(f"  transfer time spread: 10/50/90th percentile x{q[0]:.2f} x{q[1]:.2f} x{q[2]:.2f} of the mean")
+            lines.append(f"  transfer time spread: 10/50/90th percentile x{q[0]:.2f} x{q[1]:.2f} x{q[2]:.2f} of the fit")
         lines += quality_lines(self.quality)
         if self.data_parallel > 1:
             bandwidth = "unlimited" if math.isinf(self.allreduce_bandwidth) else f"{self.allreduce_bandwidth / 1e9:.2f} GB/s"
@@ -440,7 +453,7 @@ def _combine(calibrations: list[Calibration], runs: Sequence[MeasuredRun]) -> Ca
         compute = in_run_fits(points, profiled)
     scalars = {name: mean(getattr(c, name) for c in calibrations) for name in (
         "dispatch_overhead", "switch_forward", "switch_backward", "send_overhead", "recv_overhead",
-        "step_overhead", "p2p_latency")}
+        "step_overhead", "p2p_latency", "p2p_load_latency")}
     inverse = [1.0 / c.p2p_bandwidth for c in calibrations]
     bandwidth = math.inf if not any(inverse) else 1.0 / mean(inverse)
     ratio = {k: mean(c.speed_ratio[k] for c in calibrations if k in c.speed_ratio)
@@ -470,7 +483,9 @@ def _fit_one(run: MeasuredRun) -> tuple[Calibration, tuple[np.ndarray, np.ndarra
     """Every parameter fitted from one run, and the run's compute, transfer and rank spread
     residuals (no quality yet)."""
     schedule = run.program.schedule
-    transfers = transfer_rows(run)  # clock-aligned once: the overheads, latency and spread all read them
+    # clock-aligned once: the overheads, latency and spread all read them; the load term only
+    # where ranks share cores (module docstring)
+    transfers = transfer_rows(run, loads=shared_cores(run) is not None)
     dispatch, send, recv = executor_overheads(run, transfers)
     measured, switch, places = compute_costs(run, dispatch)
     stages = run_stages(run, measured)
@@ -484,7 +499,7 @@ def _fit_one(run: MeasuredRun) -> tuple[Calibration, tuple[np.ndarray, np.ndarra
                             f"the run at {run.rows}")
         compute, ratio = fit_compute(layers_profile["records"], stages, diagnostics)
         activation, weight_memory = fit_memory(layers_profile["records"])
-    latency, bandwidth = fit_p2p(run, transfers, diagnostics)
+    latency, bandwidth, load = fit_p2p(run, transfers, diagnostics)
     spans = stream_spans(run.timeline, dispatch)
     step_overhead = max(float(np.median([t - e for t, e in zip(run.step_times, spans)])), 0.0)
     boundaries = run.boundary_bytes
@@ -513,6 +528,7 @@ def _fit_one(run: MeasuredRun) -> tuple[Calibration, tuple[np.ndarray, np.ndarra
         step_overhead=step_overhead,
         p2p_latency=latency,
         p2p_bandwidth=bandwidth,
+        p2p_load_latency=load,
         diagnostics=diagnostics,
         data_parallel=data_parallel_of(run),
         allreduce_latency=allreduce_latency,
@@ -651,15 +667,6 @@ def rank_residuals(run: MeasuredRun) -> np.ndarray:
     return (sums["duration"] / sums["typical"]).to_numpy()
 
 
-def transfer_residuals(transfers: Sequence[TransferRow]) -> np.ndarray:
-    """Each in-run transfer time (`transfer_delays`) over their mean; none if there are none
-    or their mean is not positive."""
-    delays = np.maximum(np.array(transfer_delays(transfers)), 0.0)
-    if not len(delays) or delays.mean() <= 0:
-        return np.array([])
-    return delays / delays.mean()
-
-
 def spread_quantiles(residuals: np.ndarray) -> tuple[float, ...]:
     """SPREAD_QUANTILES evenly spaced quantiles of the residuals, at least 0; none when there are
     no residuals or every one is 1 (no spread: the replay needs no draws)."""
@@ -711,8 +718,8 @@ def executor_overheads(run: MeasuredRun, transfers: Sequence[TransferRow]) -> tu
     recvs = run.timeline[run.timeline["kind"].isin(RECV_NAMES)]
     if not len(recvs):
         return after_compute, after_send, 0.0
-    transfer = transfer_time(transfers)
-    early = early_receive_times(transfers, transfer) if transfer is not None else []
+    fit = transfer_fit(transfers)
+    early = early_receive_times(transfers, fit) if fit is not None else []
     least = float(np.mean(early)) if early else float(np.quantile(recvs["end"] - recvs["start"], RECV_QUANTILE))
     return after_compute, after_send, post + least + after_recv
 
@@ -738,20 +745,22 @@ def posts_before(stream, ahead: PostAhead) -> list[int]:
 
 
 def fit_p2p(run: MeasuredRun, transfers: Sequence[TransferRow],
-            diagnostics: dict) -> tuple[float, float]:
-    """(latency, bandwidth): in-run transfer time (of `transfers`, `transfer_rows`), split by the
-    ping-pong's bandwidth when there is one."""
-    in_run = transfer_time(transfers)
-    diagnostics["in_run_transfer_seconds"] = in_run
+            diagnostics: dict) -> tuple[float, float, float]:
+    """(latency, bandwidth, load latency): in-run transfer time on an idle machine and per rank
+    computing meanwhile (`transfer_fit`), the former split by the ping-pong's bandwidth when
+    there is one."""
+    fit = transfer_fit(transfers)
+    diagnostics["in_run_transfer_seconds"] = transfer_time(transfers)
+    idle, load = (None, 0.0) if fit is None else fit
     p2p = (run.profile or {}).get("p2p")
     if p2p is None:
-        return (in_run if in_run is not None else 0.0), math.inf
+        return (idle if idle is not None else 0.0), math.inf, load
     base, bandwidth = fit_bandwidth(p2p["one_way_seconds"])
     diagnostics["pingpong_latency"] = base
-    if in_run is None:
-        return base, bandwidth
+    if idle is None:
+        return base, bandwidth, 0.0
     boundary = run.boundary_bytes[0] if run.boundary_bytes else 0
-    return max(in_run - boundary / bandwidth, 0.0), bandwidth
+    return max(idle - boundary / bandwidth, 0.0), bandwidth, load
 
 
 def compute_costs(run: MeasuredRun, dispatch: float) -> tuple[dict[str, list[float]], dict[str, float],
@@ -896,67 +905,6 @@ def stream_spans(timeline: pd.DataFrame, dispatch: float) -> list[float]:
     ends = timeline["end"] + np.where(timeline["kind"].isin(COMPUTE_NAMES), dispatch, 0.0)
     step = timeline["step"]
     return [float(x) for x in (ends.groupby(step).max() - timeline["start"].groupby(step).min()).sort_index()]
-
-
-def transfer_time(transfers: Sequence[TransferRow]) -> float | None:
-    """Mean in-run transfer time of `transfers` (`transfer_rows`; module docstring), or None if
-    no receiver ever waited."""
-    delays = transfer_delays(transfers)
-    return float(np.mean(delays)) if delays else None
-
-
-def transfer_delays(transfers: Sequence[TransferRow]) -> list[float]:
-    """Every in-run transfer time: RECV end - SEND start of `transfers` (`transfer_rows`) whose
-    receiver was already waiting when the send started."""
-    return [t.received - t.sent for t in transfers if t.reached <= t.sent]
-
-
-def early_receive_times(transfers: Sequence[TransferRow], transfer: float) -> list[float]:
-    """RECV row durations of receives reached at least `transfer` seconds after their SEND
-    started (the data had had its in-run transfer time to arrive): what a RECV costs its rank
-    when nothing is left to wait for (18-30 us on the README example's runs), rather than a
-    low quantile of every RECV row, most of which include waiting."""
-    return [t.received - t.reached for t in transfers if t.reached >= t.sent + transfer]
-
-
-class TransferRow(NamedTuple):
-    """One transfer of one step, on its sender's clock (seconds from the step's start)."""
-
-    sent: float  # SEND start
-    reached: float  # RECV start: the receiver got to it
-    received: float  # RECV end
-
-
-def transfer_rows(run: MeasuredRun) -> list[TransferRow]:
-    """Per transfer of every step: when it was sent, and its RECV's start and end, all on the
-    sender's clock.
-
-    Rank clocks are aligned only at the step's barrier, so per step and pair of ranks the
-    offset between their clocks is estimated as the middle of the interval that causality
-    allows (no transfer arrives before it is sent) and taken out.
-    """
-    out: list[TransferRow] = []
-    transfer_of = {str(a): a.transfer for stream in run.program.streams for a in stream if a.kind.is_comm}
-    for _, rows in run.step_frames():
-        sends = rows[rows["kind"].isin(SEND_NAMES)]
-        sent = {transfer_of[a]: (r, t) for a, r, t in zip(sends["action"], sends["rank"], sends["start"])}
-        recvs = rows[rows["kind"].isin(RECV_NAMES)]
-        pairs: dict[tuple[int, int], list[tuple[int, float, float, float]]] = {}
-        for action, rank, start, end in zip(recvs["action"], recvs["rank"], recvs["start"], recvs["end"]):
-            sender, at = sent[transfer_of[action]]
-            pairs.setdefault((min(sender, rank), max(sender, rank)), []).append((sender, at, start, end))
-        for (low, _), transfers in pairs.items():
-            # offset o: a time of the higher rank plus o is that time on the lower rank's clock
-            least = max((at - end for sender, at, _, end in transfers if sender == low), default=None)
-            most = min((end - at for sender, at, _, end in transfers if sender != low), default=None)
-            if least is None or most is None:
-                offset = 0.0
-            else:
-                offset = (least + most) / 2 if least <= most else 0.0
-            for sender, at, start, end in transfers:
-                shift = offset if sender == low else -offset  # receiver's times into the sender's clock
-                out.append(TransferRow(at, start + shift, end + shift))
-    return out
 
 
 def in_run_fits(points: Mapping[str, Sequence[tuple[str, int, float]]],

@@ -28,7 +28,13 @@ boundary (the hidden state crossing a boundary does not shrink with v); a list h
 entry per boundary, entry s for the boundary between stages s and s+1. Stages on the
 same rank hand tensors over in memory, at no cost. With ``link_contention`` each
 directed link (rank -> peer) carries one transfer at a time, in the order the sender
-issued them; without it transfers on a link overlap freely.
+issued them; without it transfers on a link overlap freely. ``p2p_load_latency`` (default
+0) is what a transfer takes longer per rank computing while it is on the wire: it advances
+at 1 / (t + p2p_load_latency x k) of its whole per second, t the time above and k the ranks
+computing at that moment, so a constant k makes it t + p2p_load_latency x k (sim.engine.Wire).
+On a CPU host a transfer's threads need a core that the ranks' compute holds: a transfer
+sent while every rank waits is fast, one sent while the others compute is not
+(sim.calibration fits it).
 
 Fixed overheads of a real executor (seconds; all default to 0, the ideal machine):
 ``send_overhead`` is rank time spent issuing each SEND (the transfer is on the wire
@@ -182,6 +188,7 @@ class ResolvedCosts:
     draws: int = 1
     reduce_grad: tuple[int, ...] = ()  # per stage: ns of its REDUCE_GRAD all-reduce
     cores: int = 0  # processors the ranks' compute shares (0: each rank has its own)
+    transfer_load: int = 0  # ns a transfer takes longer per rank computing meanwhile
 
 
 @dataclass(frozen=True)
@@ -198,7 +205,8 @@ class CostModel:
       p2p_activation_bytes, p2p_gradient_bytes -- bytes sent forward and backward.
     Per rank (scalar or list): static_memory -- bytes, reported beside activations.
     Links: p2p_latency (seconds per transfer), p2p_bandwidth (bytes per second, default
-    unlimited), link_contention (one transfer at a time per directed link, default on).
+    unlimited), link_contention (one transfer at a time per directed link, default on),
+    p2p_load_latency (seconds a transfer takes longer per rank computing meanwhile, default 0).
     Executor overheads (seconds, default 0): send_overhead (rank time per SEND),
     recv_overhead (least rank time per RECV), step_overhead (step time minus makespan),
     switch_forward / switch_backward (added to an F / a B, I or W that does not repeat
@@ -226,6 +234,7 @@ class CostModel:
     weight_memory: PerStage | None = None
     static_memory: PerStage = 0
     link_contention: bool = True
+    p2p_load_latency: float = 0.0
     send_overhead: float = 0.0
     recv_overhead: float = 0.0
     step_overhead: float = 0.0
@@ -249,8 +258,8 @@ class CostModel:
             object.__setattr__(self, name, _as_values(name, getattr(self, name), allow_none=True))
         if self.backward_full is None and self.backward_input is None:
             raise CostError("give backward_input (with optional backward_weight) or backward_full")
-        for name in ("p2p_latency", "send_overhead", "recv_overhead", "step_overhead", "switch_forward",
-                     "switch_backward"):
+        for name in ("p2p_latency", "p2p_load_latency", "send_overhead", "recv_overhead", "step_overhead",
+                     "switch_forward", "switch_backward"):
             object.__setattr__(self, name, _number(name, getattr(self, name)))
         bandwidth = self.p2p_bandwidth
         if isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float)) or not bandwidth > 0:
@@ -361,6 +370,7 @@ class CostModel:
             rank_spread=self.rank_spread,
             draws=self.spread_draws if self.duration_spread or self.transfer_spread or self.rank_spread else 1,
             cores=self.cores or 0,
+            transfer_load=round(self.p2p_load_latency * NS_PER_S),
             reduce_grad=tuple(
                 self.allreduce_ns(b) for b in _per_stage("grad_reduce_bytes", self.grad_reduce_bytes, n, v)
             ),

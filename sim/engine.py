@@ -26,6 +26,12 @@ ranks' compute shares that many processors: while k actions compute, each advanc
 min(1, cores / k) of its speed (processor sharing; class Processors). Ranks waiting in a RECV
 take no processor.
 
+With ``p2p_load_latency`` (sim.costs) a transfer is slower while ranks compute: it advances at
+1 / (t + load x k) of its whole per nanosecond, t its time on an idle machine and k the ranks
+computing at that moment (class Wire), so that under a constant k it takes t + load x k. Its
+arrival is then known only when it ends; link contention still starts a link's next transfer
+when the previous one has arrived.
+
 With a duration spread (sim.costs) the program is replayed once per draw, each compute
 action's time (switch cost included) multiplied by its factor of `spread_factors` and
 rounded to the nanosecond (times the rank's factor of the draw with a rank spread;
@@ -63,7 +69,9 @@ class Compiled:
     """A program flattened for the hot loop: one op tuple per action, per rank.
 
     Compute: (_COMPUTE, duration, bytes allocated at start, bytes freed at end);
-    SEND: (_SEND, transfer id, duration, link id); RECV: (_RECV, transfer id);
+    SEND: (_SEND, transfer id, duration, link id, factor): factor is the transfer spread's
+    draw, by which a load-dependent transfer's load term grows as its duration did; RECV:
+    (_RECV, transfer id);
     REDUCE_GRAD: (_REDUCE, duration).
     Transfer ids are the IR's dense numbers (`Transfer.number`), so a SEND and its RECV
     share one; link ids are sender rank * p + receiver rank.
@@ -92,7 +100,7 @@ def simulate(schedule_or_program: Schedule | Program, costs: CostModel) -> SimRe
         records = median_draw(compiled, resolved)
     else:
         records = replay(compiled, resolved.contention, resolved.send_overhead, resolved.recv_overhead,
-                         resolved.cores)
+                         resolved.cores, resolved.transfer_load)
     _check_finished(program, records)
     return SimResult.from_records(program, costs, resolved, records)
 
@@ -164,7 +172,7 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
                 raise ScheduleError(f"rank {rank}: {action} has no peer stage (stages are 0..{n - 1})")
             is_send, first, duration, receiver_rank = compiled
             if is_send:
-                append((_SEND, first + mb, duration, rank * p + receiver_rank))
+                append((_SEND, first + mb, duration, rank * p + receiver_rank, 1.0))
             else:
                 append((_RECV, first + mb))
         ops.append(tuple(row))
@@ -181,7 +189,7 @@ def spread_draw(compiled: Compiled, costs: ResolvedCosts, draw: int) -> Compiled
         shared = spread_factors(costs.rank_spread, draw, rank, 1, "rank")[0]
         ops.append(tuple(
             (_COMPUTE, round(op[1] * (f * shared)), op[2], op[3]) if op[0] == _COMPUTE
-            else (_SEND, op[1], round(op[2] * t), op[3]) if op[0] == _SEND else op
+            else (_SEND, op[1], round(op[2] * t), op[3], t) if op[0] == _SEND else op
             for op, f, t in zip(row, compute, transfer)
         ))
     return Compiled(tuple(ops), compiled.num_transfers, compiled.num_links)
@@ -193,26 +201,28 @@ def median_draw(compiled: Compiled, costs: ResolvedCosts) -> list[RankRecord]:
     draws = []
     for draw in range(costs.draws):
         records = replay(spread_draw(compiled, costs, draw), costs.contention, costs.send_overhead,
-                         costs.recv_overhead, costs.cores)
+                         costs.recv_overhead, costs.cores, costs.transfer_load)
         draws.append((max((r.times[-1] for r in records if r.times), default=0), draw, records))
     draws.sort(key=lambda x: (x[0], x[1]))
     return draws[(len(draws) - 1) // 2][2]
 
 
 def replay(compiled: Compiled, contention: bool, send_overhead: int = 0, recv_overhead: int = 0,
-           cores: int = 0) -> list[RankRecord]:
+           cores: int = 0, load: int = 0) -> list[RankRecord]:
     """Replay compiled streams in the SimPy model; returns what each rank's process recorded
-    (overheads in ns; `cores` > 0: the ranks' compute shares that many processors)."""
+    (overheads in ns; `cores` > 0: the ranks' compute shares that many processors; `load` > 0:
+    ns a transfer takes longer per rank computing while it is on the wire, class Wire)."""
     env = simpy.Environment()
     arrivals = [-1] * compiled.num_transfers  # arrival time of each transfer, -1 until sent
     waiters: dict[int, simpy.Event] = {}  # transfer id -> event of the rank blocked on it
     link_free = [0] * compiled.num_links  # time each directed link finishes its last transfer
     records = [RankRecord() for _ in compiled.ops]
     shared = Processors(env, cores) if 0 < cores < len(compiled.ops) else None
+    wire = Wire(env, load, compiled.num_links, contention, arrivals, waiters) if load > 0 else None
     for ops, out in zip(compiled.ops, records):
         env.process(
             _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overhead, recv_overhead, out,
-                          shared)
+                          shared, wire)
         )
     env.run()
     return records
@@ -267,10 +277,88 @@ class Processors:
         self._plan()
 
 
+class Wire:
+    """Transfers whose time grows with the ranks computing while they are on the wire: transfer
+    i advances at 1 / (t_i + f_i x load x k) of its whole per ns, t_i its time on an idle
+    machine (its SEND op's duration, spread factor f_i included), k the ranks computing at that
+    moment. On a CPU host the ranks' compute and the transfers' threads share the cores; a
+    transfer sent while every core computes waits for one. With link contention a link's
+    transfers go one at a time in issue order, each starting when the previous has arrived.
+    Completions are rounded up to whole nanoseconds, so times stay integers."""
+
+    def __init__(self, env: simpy.Environment, load: int, links: int, contention: bool, arrivals: list[int],
+                 waiters: dict[int, simpy.Event]) -> None:
+        self.env, self.load, self.contention = env, load, contention
+        self.arrivals, self.waiters = arrivals, waiters
+        self.computing = 0
+        self.flights: dict[int, list] = {}  # transfer id -> [share left, t_i, f_i, link, record, index]
+        self.queued: list[list[tuple]] = [[] for _ in range(links)]  # per link: transfers behind the one on it
+        self.busy = [False] * links
+        self.since = 0
+        self.version = 0
+
+    def send(self, tid: int, duration: int, factor: float, link: int, record: list[int], index: int) -> None:
+        """Put transfer `tid` on `link` (behind the link's earlier ones with contention); its
+        start and arrival are written to `record[index - 1]` and `record[index]`."""
+        flight = [1.0, duration, factor, link, record, index]
+        if self.contention and self.busy[link]:
+            self.queued[link].append((tid, flight))
+            return
+        self._advance()
+        self._start(tid, flight)
+        self._plan()
+
+    def compute(self, change: int) -> None:
+        """A rank starts (+1) or ends (-1) a compute action."""
+        self._advance()
+        self.computing += change
+        self._plan()
+
+    def _start(self, tid: int, flight: list) -> None:
+        self.busy[flight[3]] = True
+        self.flights[tid] = flight
+        flight[4][flight[5] - 1] = self.env.now  # the SEND row starts when its transfer does
+
+    def _time(self, flight: list) -> float:
+        return flight[1] + flight[2] * self.load * self.computing
+
+    def _advance(self) -> None:
+        now = self.env.now
+        if now > self.since:
+            for flight in self.flights.values():
+                time = self._time(flight)
+                flight[0] = flight[0] - (now - self.since) / time if time > 0 else 0.0
+        self.since = now
+
+    def _plan(self) -> None:
+        self.version += 1
+        if self.flights:
+            least = min(flight[0] * self._time(flight) for flight in self.flights.values())
+            self.env.process(self._wake(self.version, max(math.ceil(least - 1e-6), 0)))
+
+    def _wake(self, version: int, delay: int):
+        yield self.env.timeout(delay)
+        if version != self.version:
+            return
+        self._advance()
+        now = self.env.now
+        for tid in [t for t, flight in self.flights.items() if flight[0] * self._time(flight) <= 1e-6]:
+            _, _, _, link, record, index = self.flights.pop(tid)
+            record[index] = now
+            self.arrivals[tid] = now
+            waiter = self.waiters.pop(tid, None)
+            if waiter is not None:
+                waiter.succeed()
+            self.busy[link] = False
+            if self.queued[link]:
+                self._start(*self.queued[link].pop(0))
+        self._plan()
+
+
 def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overhead, recv_overhead, out: RankRecord,
-                  shared: "Processors | None" = None):
+                  shared: "Processors | None" = None, wire: "Wire | None" = None):
     """Walk one rank's ops, recording into `out` as it goes (compute on `shared` processors
-    when given, else on the rank's own)."""
+    when given, else on the rank's own; transfers on `wire` when given)."""
     timeout = env.timeout
     record = out.times.append
     memory = out.memory
@@ -291,12 +379,16 @@ def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overh
             if duration:
                 # Zero-cost actions skip the event: times are max-plus in the inputs,
                 # so the order of same-time events cannot change any result.
+                if wire is not None:
+                    wire.compute(+1)
                 if shared is None:
                     yield timeout(duration)
                     now += duration
                 else:
                     yield shared.run(duration)
                     now = env.now
+                if wire is not None:
+                    wire.compute(-1)
             if first < 0:
                 first = start
             record(start)
@@ -306,8 +398,16 @@ def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overh
             if free:
                 held -= free
                 memory.append((now, held))
+        elif code == _SEND and wire is not None:
+            _, tid, duration, link, factor = op
+            record(now)
+            record(-1)  # the arrival, written by the wire
+            wire.send(tid, duration, factor, link, out.times, len(out.times) - 1)
+            if send_overhead:
+                yield timeout(send_overhead)
+                now += send_overhead
         elif code == _SEND:
-            _, tid, duration, link = op
+            _, tid, duration, link, _ = op
             start = now
             if contention:
                 busy_until = link_free[link]

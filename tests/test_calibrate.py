@@ -17,6 +17,7 @@ almost every action.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -30,7 +31,8 @@ from schedules import ScheduleError
 from schedules.timeline import TIMELINE_COLUMNS
 from sim import CostError, CostModel, simulate
 from schedules.stages import balanced_layers, role_of
-from sim.calibration import Calibration, calibrate, transfer_rows, transfer_time
+from sim.calibration import Calibration, calibrate
+from sim.transfers import transfer_rows, transfer_time
 from sim.__main__ import main
 from sim.comparison import compare_run
 from sim.measured import read_measured
@@ -65,6 +67,7 @@ def stage_value(table, kind, role, layers):
 
 PLACES: dict = {}  # the machine's place factors (none unless a test sets them)
 CORES = None  # processors the machine's ranks share (None: one each, unless a test sets them)
+LOAD = 0.0  # what a transfer takes longer per rank computing meanwhile (none unless a test sets it)
 
 
 def true_costs(num_stages: int) -> CostModel:
@@ -77,6 +80,7 @@ def true_costs(num_stages: int) -> CostModel:
         p2p_activation_bytes=BOUNDARY, activation_memory=[ACT_FIXED[r] + n * ACT_PER_LAYER for r, n in zip(roles, counts)],
         send_overhead=SEND, recv_overhead=RECV, step_overhead=STEP,
         switch_forward=SWITCH["F"], switch_backward=SWITCH["B"], place_factors=PLACES, cores=CORES,
+        p2p_load_latency=LOAD,
     )
 
 
@@ -214,6 +218,51 @@ def test_transfer_time_is_recovered_under_skewed_rank_clocks(tmp_path):
     assert c.p2p_bandwidth == pytest.approx(BANDWIDTH, rel=1e-9)
     # Gaps within a rank do not see another rank's clock.
     assert (c.dispatch_overhead, c.send_overhead, c.recv_overhead) == pytest.approx((DISPATCH, SEND, RECV), abs=1e-12)
+
+
+@pytest.mark.parametrize("name,chunks", [("1f1b", None), ("gpipe", None)])
+def test_transfers_slowed_by_computing_ranks_are_recovered(tmp_path, monkeypatch, name, chunks):
+    """A machine whose two ranks share one core and whose transfers take 600 us more per rank
+    computing while they are on the wire (sim.engine.Wire), with the other rank's clock skewed
+    each step: the calibration gives back the idle latency and the load term (its fit follows
+    the law over the compute rows' pieces, k changing mid-transfer where the sender starts
+    computing after its send overhead; the clocks are fitted with it), replays its run and
+    predicts other schedules exactly, to the engine's whole-nanosecond rounding. The old model
+    (one mean transfer time) cannot. With the cores unrecorded (a core per rank as far as the
+    run says) the load term is not fitted: the mean, as before."""
+    monkeypatch.setitem(globals(), "LOAD", 600_000 * NS)
+    monkeypatch.setitem(globals(), "CORES", 1)
+    monkeypatch.setitem(globals(), "DISPATCH", 0.0)  # a measured row ends at its action's end
+    write_run(tmp_path / "skewed", name, 8, chunks, profile=True, skew=(2_000_000 * NS, -900_000 * NS, 0.0))
+    skewed = calibrate(read_measured(tmp_path / "skewed"))
+    assert skewed.p2p_latency == pytest.approx(LATENCY, rel=1e-6)
+    assert skewed.p2p_load_latency == pytest.approx(600_000 * NS, rel=1e-6)
+    # Compute under sharing is taken at full speed on the steps' raw clocks (full_speed), so
+    # the replay is checked on a run whose clocks agree.
+    write_run(tmp_path / "calib", name, 8, chunks, profile=True)
+    run = read_measured(tmp_path / "calib")
+    loads = [t.load for t in transfer_rows(run) if t.reached <= t.sent]
+    assert max(loads) - min(loads) > 0.2  # the run holds transfers at several loads
+    c = calibrate(run)
+    assert c.p2p_latency == pytest.approx(LATENCY, rel=1e-6)
+    assert c.p2p_load_latency == pytest.approx(600_000 * NS, rel=1e-6)
+    comparison, _ = compare_run(run, c.for_run(run))
+    assert abs(comparison.step_time_error) < 1e-6
+    for other, m, k in (("gpipe", 4, None), ("zb-h1", 6, None), ("1f1b", 2, None)):
+        truth = write_run(tmp_path / f"{other}-{m}", other, m, k)
+        held_out = read_measured(tmp_path / f"{other}-{m}")
+        assert simulate(held_out.program, c.for_run(held_out)).step_time == pytest.approx(truth, rel=1e-6)
+    mean_only = dataclasses.replace(c, p2p_latency=transfer_time(transfer_rows(run)) - BOUNDARY / BANDWIDTH,
+                                    p2p_load_latency=0.0)
+    errors = [simulate(held_out.program, x.for_run(held_out)).step_time / truth - 1 for x in (c, mean_only)]
+    assert abs(errors[0]) < 1e-6 < 1e-3 < abs(errors[1])  # the mean alone misses (transfers are short here)
+    summary = json.loads((tmp_path / "calib" / "summary.json").read_text())
+    del summary["cpu_cores"]
+    (tmp_path / "calib" / "summary.json").write_text(json.dumps(summary))
+    unshared = calibrate(read_measured(tmp_path / "calib"))
+    assert unshared.p2p_load_latency == 0.0
+    assert unshared.p2p_latency + BOUNDARY / BANDWIDTH == pytest.approx(
+        transfer_time(transfer_rows(read_measured(tmp_path / "calib"), loads=False)), rel=1e-9)
 
 
 @pytest.mark.parametrize("places", [{"F": (1.25, 1.05), "B": (0.8, 1.1)}, {"B": (0.7,)}])
