@@ -333,8 +333,9 @@ class Calibration:
         lines.append(f"  overheads: dispatch {us(self.dispatch_overhead)} per compute action, send {us(self.send_overhead)}, "
                      f"recv {us(self.recv_overhead)}, step {us(self.step_overhead)}")
         bandwidth = "unlimited" if math.isinf(self.p2p_bandwidth) else f"{self.p2p_bandwidth / 1e9:.2f} GB/s"
-        lines.append(f"  p2p: latency {us(self.p2p_latency)}, bandwidth {bandwidth}, {self.boundary_bytes:,} bytes per boundary, "
-                     f"+{us(self.p2p_load_latency)} per rank computing meanwhile")
+        load = f", +{us(self.p2p_load_latency)} per rank computing meanwhile" if self.p2p_load_latency else ""
+        lines.append(f"  p2p: latency {us(self.p2p_latency)}, bandwidth {bandwidth}, {self.boundary_bytes:,} bytes per "
+                     f"boundary{load}")
         if self.duration_spread:
             q = np.quantile(self.duration_spread, [0.1, 0.5, 0.9])
             cv = float(np.std(self.duration_spread) / np.mean(self.duration_spread))
