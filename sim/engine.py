@@ -47,7 +47,7 @@ did not waits on a RECV whose SEND never happens, and ScheduleError names them a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import math
 
@@ -277,6 +277,19 @@ class Processors:
         self._plan()
 
 
+@dataclass(slots=True)
+class Flight:
+    """A transfer on the wire (class Wire): the share of it left, its idle time t (ns, spread
+    included), its spread factor f, its link, and where its SEND row's start and end go."""
+
+    left: float
+    time: int
+    factor: float
+    link: int
+    record: list[int] = field(repr=False)
+    index: int  # record[index - 1] is the row's start, record[index] its arrival
+
+
 class Wire:
     """Transfers whose time grows with the ranks computing while they are on the wire: transfer
     i advances at 1 / (t_i + f_i x load x k) of its whole per ns, t_i its time on an idle
@@ -291,8 +304,8 @@ class Wire:
         self.env, self.load, self.contention = env, load, contention
         self.arrivals, self.waiters = arrivals, waiters
         self.computing = 0
-        self.flights: dict[int, list] = {}  # transfer id -> [share left, t_i, f_i, link, record, index]
-        self.queued: list[list[tuple]] = [[] for _ in range(links)]  # per link: transfers behind the one on it
+        self.flights: dict[int, Flight] = {}  # transfer id -> its flight
+        self.queued: list[list[tuple[int, Flight]]] = [[] for _ in range(links)]  # per link: those behind it
         self.busy = [False] * links
         self.since = 0
         self.version = 0
@@ -300,7 +313,7 @@ class Wire:
     def send(self, tid: int, duration: int, factor: float, link: int, record: list[int], index: int) -> None:
         """Put transfer `tid` on `link` (behind the link's earlier ones with contention); its
         start and arrival are written to `record[index - 1]` and `record[index]`."""
-        flight = [1.0, duration, factor, link, record, index]
+        flight = Flight(1.0, duration, factor, link, record, index)
         if self.contention and self.busy[link]:
             self.queued[link].append((tid, flight))
             return
@@ -314,26 +327,27 @@ class Wire:
         self.computing += change
         self._plan()
 
-    def _start(self, tid: int, flight: list) -> None:
-        self.busy[flight[3]] = True
+    def _start(self, tid: int, flight: Flight) -> None:
+        self.busy[flight.link] = True
         self.flights[tid] = flight
-        flight[4][flight[5] - 1] = self.env.now  # the SEND row starts when its transfer does
+        flight.record[flight.index - 1] = self.env.now  # the SEND row starts when its transfer does
 
-    def _time(self, flight: list) -> float:
-        return flight[1] + flight[2] * self.load * self.computing
+    def _time(self, flight: Flight) -> float:
+        """ns the whole of `flight` takes at the present load."""
+        return flight.time + flight.factor * self.load * self.computing
 
     def _advance(self) -> None:
         now = self.env.now
         if now > self.since:
             for flight in self.flights.values():
                 time = self._time(flight)
-                flight[0] = flight[0] - (now - self.since) / time if time > 0 else 0.0
+                flight.left = flight.left - (now - self.since) / time if time > 0 else 0.0
         self.since = now
 
     def _plan(self) -> None:
         self.version += 1
         if self.flights:
-            least = min(flight[0] * self._time(flight) for flight in self.flights.values())
+            least = min(flight.left * self._time(flight) for flight in self.flights.values())
             self.env.process(self._wake(self.version, max(math.ceil(least - 1e-6), 0)))
 
     def _wake(self, version: int, delay: int):
@@ -342,16 +356,16 @@ class Wire:
             return
         self._advance()
         now = self.env.now
-        for tid in [t for t, flight in self.flights.items() if flight[0] * self._time(flight) <= 1e-6]:
-            _, _, _, link, record, index = self.flights.pop(tid)
-            record[index] = now
+        for tid in [t for t, flight in self.flights.items() if flight.left * self._time(flight) <= 1e-6]:
+            flight = self.flights.pop(tid)
+            flight.record[flight.index] = now
             self.arrivals[tid] = now
             waiter = self.waiters.pop(tid, None)
             if waiter is not None:
                 waiter.succeed()
-            self.busy[link] = False
-            if self.queued[link]:
-                self._start(*self.queued[link].pop(0))
+            self.busy[flight.link] = False
+            if self.queued[flight.link]:
+                self._start(*self.queued[flight.link].pop(0))
         self._plan()
 
 
