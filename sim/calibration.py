@@ -487,7 +487,8 @@ def _fit_one(run: MeasuredRun) -> tuple[Calibration, tuple[np.ndarray, np.ndarra
     # clock-aligned once: the overheads, latency and spread all read them; the load term only
     # where ranks share cores (module docstring)
     transfers = transfer_rows(run, loads=shared_cores(run) is not None)
-    dispatch, send, recv = executor_overheads(run, transfers)
+    law = transfer_fit(transfers)  # (idle, load) of the transfer law, None if no receiver waited
+    dispatch, send, recv = executor_overheads(run, transfers, law)
     measured, switch, places = compute_costs(run, dispatch)
     stages = run_stages(run, measured)
     diagnostics: dict[str, Any] = {}
@@ -500,7 +501,7 @@ def _fit_one(run: MeasuredRun) -> tuple[Calibration, tuple[np.ndarray, np.ndarra
                             f"the run at {run.rows}")
         compute, ratio = fit_compute(layers_profile["records"], stages, diagnostics)
         activation, weight_memory = fit_memory(layers_profile["records"])
-    latency, bandwidth, load = fit_p2p(run, transfers, diagnostics)
+    latency, bandwidth, load = fit_p2p(run, transfers, law, diagnostics)
     spans = stream_spans(run.timeline, dispatch)
     step_overhead = max(float(np.median([t - e for t, e in zip(run.step_times, spans)])), 0.0)
     boundaries = run.boundary_bytes
@@ -536,7 +537,7 @@ def _fit_one(run: MeasuredRun) -> tuple[Calibration, tuple[np.ndarray, np.ndarra
         allreduce_bandwidth=allreduce_bandwidth,
         parameter_bytes=parameter_bytes,
         place_factors=places,
-    ), (spread_residuals(run), transfer_residuals(transfers), rank_residuals(run))
+    ), (spread_residuals(run), transfer_residuals(transfers, law), rank_residuals(run))
 
 
 def shared_cores(run: MeasuredRun) -> int | None:
@@ -689,10 +690,12 @@ def fit_memory(records: list[dict]) -> tuple[LinearCost, LinearCost | None]:
     return activation, kept
 
 
-def executor_overheads(run: MeasuredRun, transfers: Sequence[TransferRow]) -> tuple[float, float, float]:
+def executor_overheads(run: MeasuredRun, transfers: Sequence[TransferRow],
+                       law: tuple[float, float] | None) -> tuple[float, float, float]:
     """(dispatch, send, recv) rank time per action, seconds (module docstring): least squares
     of every gap between consecutive actions of a rank on one constant per kind of the action
-    before the gap (compute, SEND, RECV) plus a cost per receive posted in the gap."""
+    before the gap (compute, SEND, RECV) plus a cost per receive posted in the gap; receives
+    whose data was there by the transfer `law` (`transfer_fit`) give the cost of a RECV."""
     posts = [posts_before(stream, run.post_ahead) for stream in run.program.streams]
     kinds = [[_gap_kind(a) for a in stream] for stream in run.program.streams]
     rows, gaps = [], []
@@ -719,8 +722,7 @@ def executor_overheads(run: MeasuredRun, transfers: Sequence[TransferRow]) -> tu
     recvs = run.timeline[run.timeline["kind"].isin(RECV_NAMES)]
     if not len(recvs):
         return after_compute, after_send, 0.0
-    fit = transfer_fit(transfers)
-    early = early_receive_times(transfers, fit) if fit is not None else []
+    early = early_receive_times(transfers, law) if law is not None else []
     least = float(np.mean(early)) if early else float(np.quantile(recvs["end"] - recvs["start"], RECV_QUANTILE))
     return after_compute, after_send, post + least + after_recv
 
@@ -745,14 +747,13 @@ def posts_before(stream, ahead: PostAhead) -> list[int]:
     return counts
 
 
-def fit_p2p(run: MeasuredRun, transfers: Sequence[TransferRow],
+def fit_p2p(run: MeasuredRun, transfers: Sequence[TransferRow], law: tuple[float, float] | None,
             diagnostics: dict) -> tuple[float, float, float]:
     """(latency, bandwidth, load latency): in-run transfer time on an idle machine and per rank
-    computing meanwhile (`transfer_fit`), the former split by the ping-pong's bandwidth when
-    there is one."""
-    fit = transfer_fit(transfers)
+    computing meanwhile (`law`, from `transfer_fit`), the former split by the ping-pong's
+    bandwidth when there is one."""
     diagnostics["in_run_transfer_seconds"] = transfer_time(transfers)
-    idle, load = (None, 0.0) if fit is None else fit
+    idle, load = (None, 0.0) if law is None else law
     p2p = (run.profile or {}).get("p2p")
     if p2p is None:
         return (idle if idle is not None else 0.0), math.inf, load

@@ -99,7 +99,7 @@ def transfer_rows(run: MeasuredRun, loads: bool = True) -> list[TransferRow]:
     offsets = [midpoint_offsets(ranks, step.found) for step in steps]
     rows = [t for step, o in zip(steps, offsets) for t in aligned(step, o)]
     fit = transfer_fit(rows)
-    if fit is None or fit[1] == 0.0 or ranks < 2:
+    if fit is None or fit[1] == 0.0:
         return rows
     offsets = fitted_clocks(steps, offsets, fit)
     return [t for step, o in zip(steps, offsets) for t in aligned(step, o)]
@@ -306,11 +306,10 @@ def transfer_fit(transfers: Sequence[TransferRow]) -> tuple[float, float] | None
     return float(x[0]), float(x[1])
 
 
-def transfer_residuals(transfers: Sequence[TransferRow]) -> np.ndarray:
-    """Each in-run transfer time (`transfer_delays`) over the law's over the same pieces of load
-    (`transfer_fit`, `law_time`): what the transfer spread draws; none if no receiver waited or
-    the times are not positive."""
-    fit = transfer_fit(transfers)
+def transfer_residuals(transfers: Sequence[TransferRow], fit: tuple[float, float] | None) -> np.ndarray:
+    """Each in-run transfer time (`transfer_delays`) over the law's (`fit`, from `transfer_fit`)
+    over the same pieces of load (`law_time`): what the transfer spread draws; none if no
+    receiver waited or the times are not positive."""
     if fit is None:
         return np.array([])
     waited = [t for t in transfers if t.waited]
