@@ -11,7 +11,8 @@ prints:
 - the profile's (isolated) stage speed vs the in-run speed (the calibration's speed ratio);
 - the gaps between actions (executor overhead) measured vs modelled;
 - **trace replays**: every step re-simulated with that step's own measured compute durations
-  (``trace``), and with each (rank, stage, kind)'s mean duration of that step (``step mean``).
+  (``trace``; where ranks shared cores, each at full speed as the calibration takes it, since
+  the replay shares the processors again), and with each (rank, stage, kind)'s mean duration of that step (``step mean``).
   ``trace`` vs measured says whether the dependency structure, transfers and overheads are
   right; ``step mean`` vs ``trace`` is what replaying mean costs loses to the spread of the
   durations (a step's makespan is a max over paths);
@@ -32,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from schedules.ir import COMPUTE_NAMES, SEND_NAMES  # noqa: E402
-from sim.calibration import calibrate  # noqa: E402
+from sim.calibration import calibrate, compute_frame  # noqa: E402
 from sim.engine import Compiled, _COMPUTE, compile_program, replay  # noqa: E402
 from sim.measured import read_measured  # noqa: E402
 
@@ -105,9 +106,14 @@ def diagnose(path: str) -> None:
     print("gaps between rows, ms per step (median): " + ", ".join(
         f"rank {r} {np.median(v) * 1e3:.3f}" for r, v in sorted(gap_by_rank.items())))
     # trace replays
+    # Replays take each compute row at full speed where ranks shared cores (compute_frame), as
+    # the engine then shares the processors again; the measured rows hold that slowdown already.
+    own = tl.copy()
+    full = compute_frame(run)
+    own.loc[full.index, "dur"] = full["duration"]
     trace, mean_rep, meas = [], [], []
     rank_index = {}
-    for step, f in tl.groupby("step", sort=True):
+    for step, f in own.groupby("step", sort=True):
         per_rank_trace, per_rank_mean = [], []
         for rank in range(program.schedule.ranks):
             rows = f[f["rank"] == rank]

@@ -160,7 +160,7 @@ VERSION = 4
 PLACES = 2  # a stage's first actions of a kind in a step that get their own factor
 RECV_QUANTILE = 0.10
 SPREAD_QUANTILES = 32
-SPREAD_DRAWS = 49
+SPREAD_DRAWS = 256
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ import pytest
 import schedules
 from schedules import Action, Kind, Schedule, ScheduleError
 from sim import CostModel, simulate
+from sim.costs import spread_factors
 
 NS = 1_000_000_000
 BANDWIDTH = 1e9  # bytes per second: one byte per nanosecond, so transfer ns = latency ns + bytes
@@ -316,26 +317,51 @@ def test_contention_matches_oracle(seed: int) -> None:
 
 def spread_oracle(program, costs: CostModel):
     """The spread's result by the oracle: longest paths of every draw, with the factors drawn
-    here as the costs module documents them (random.Random seeded by draw and rank, choices
-    over the list; none for an empty list); the draw with the median makespan (lower median,
-    ties by draw)."""
+    here as the costs module documents them (stratified: each position of a rank's stream
+    takes the list's values j * len // draws over the draws, shuffled per position in order by
+    random.Random seeded with what and rank; none for an empty list); the draw with the
+    median makespan (lower median, ties by draw)."""
+    n = costs.spread_draws
+
+    def columns(what: str, spread, rank: int, count: int) -> list[list[float]]:
+        rng = random.Random(f"bubblescope-{what}:{rank}")
+        out = []
+        for _ in range(count):
+            column = [spread[j * len(spread) // n] for j in range(n)]
+            rng.shuffle(column)
+            out.append(column)
+        return out
+
     def drawn(what: str, spread, draw: int):
         if not spread:
             return None
-        return [random.Random(f"bubblescope-{what}:{draw}:{rank}").choices(spread, k=len(stream))
+        return [[c[draw] for c in columns(what, spread, rank, len(stream))]
                 for rank, stream in enumerate(program.streams)]
 
     draws = []
-    for draw in range(costs.spread_draws):
+    for draw in range(n):
         factors = drawn("spread", costs.duration_spread, draw) or [[1.0] * len(s) for s in program.streams]
         if costs.rank_spread:  # one factor per rank and draw, on top of each action's own
-            shared = [random.Random(f"bubblescope-rank:{draw}:{rank}").choices(costs.rank_spread, k=1)[0]
-                      for rank in range(len(program.streams))]
+            shared = [columns("rank", costs.rank_spread, rank, 1)[0][draw] for rank in range(len(program.streams))]
             factors = [[f * shared[rank] for f in row] for rank, row in enumerate(factors)]
         times = critical_path(program, costs, factors, drawn("transfer", costs.transfer_spread, draw))
         draws.append((max(end for _, end in times.values()), draw, times))
     draws.sort(key=lambda x: x[:2])
     return draws[(len(draws) - 1) // 2][2]
+
+
+def test_spread_draws_are_stratified() -> None:
+    """Over the draws every position takes each value of the list equally often (8 draws of a
+    4-value list: each twice), the order differs between positions, and a rank's table is the
+    same whenever it is asked for."""
+    spread = (0.5, 0.9, 1.1, 1.5)
+    table = spread_factors(spread, 8, 1, 5)
+    assert len(table) == 8 and all(len(row) == 5 for row in table)
+    for i in range(5):
+        assert sorted(row[i] for row in table) == sorted(spread * 2)
+    assert len({tuple(row[i] for row in table) for i in range(5)}) > 1
+    assert spread_factors(spread, 8, 1, 5) == table != spread_factors(spread, 8, 2, 5)
+    assert spread_factors((), 3, 0, 2) == [[1.0, 1.0]] * 3
 
 
 @pytest.mark.parametrize("seed", range(30))
