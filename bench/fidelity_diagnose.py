@@ -12,7 +12,8 @@ prints:
 - the gaps between actions (executor overhead) measured vs modelled;
 - **trace replays**: every step re-simulated with that step's own measured compute durations
   (``trace``; where ranks shared cores, each at full speed as the calibration takes it, since
-  the replay shares the processors again), and with each (rank, stage, kind)'s mean duration of that step (``step mean``).
+  the replay shares the processors again), and with each (rank, stage, kind)'s mean duration
+  of that step (``step mean``).
   ``trace`` vs measured says whether the dependency structure, transfers and overheads are
   right; ``step mean`` vs ``trace`` is what replaying mean costs loses to the spread of the
   durations (a step's makespan is a max over paths);

@@ -34,9 +34,9 @@ when the previous one has arrived.
 
 With a duration spread (sim.costs) the program is replayed once per draw, each compute
 action's time (switch cost included) multiplied by its factor of the draw
-(`spread_factors`, stratified over the draws) and rounded to the nanosecond (times the rank's factor of the draw with a rank spread;
-likewise each SEND's transfer time with a transfer spread),
-and the draw with the median makespan is the result.
+(`spread_factors`, stratified over the draws) and rounded to the nanosecond (times the
+rank's factor of the draw with a rank spread; likewise each SEND's transfer time with a
+transfer spread), and the draw with the median makespan is the result.
 
 Activation memory of a stage is allocated when its F starts and freed when its B ends
 (with split backward: partly when I ends, the rest when W ends; see sim.costs).
@@ -50,7 +50,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import math
-from typing import Iterator
 
 import simpy
 
@@ -180,36 +179,45 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
     return Compiled(tuple(ops), transfer_count(n, m), p * p)
 
 
-def spread_draws(compiled: Compiled, costs: ResolvedCosts) -> Iterator[Compiled]:
-    """`compiled` once per draw (made as they are replayed), each compute op's time and each SEND's transfer time scaled by
-    its factor of that draw (sim.costs.spread_factors)."""
+SpreadTables = list[tuple[list[list[float]], list[list[float]], list[list[float]]]]
+
+
+def spread_tables(compiled: Compiled, costs: ResolvedCosts) -> SpreadTables:
+    """Per rank, the compute, transfer and rank factors of every draw (sim.costs.spread_factors)."""
     n = costs.draws
-    tables = [(spread_factors(costs.spread, n, rank, len(row)),
-               spread_factors(costs.transfer_spread, n, rank, len(row), "transfer"),
-               spread_factors(costs.rank_spread, n, rank, 1, "rank"))
-              for rank, row in enumerate(compiled.ops)]
-    for draw in range(n):
-        ops = []
-        for row, (compute, transfer, shared) in zip(compiled.ops, tables):
-            k = shared[draw][0]
-            ops.append(tuple(
-                (_COMPUTE, round(op[1] * (f * k)), op[2], op[3]) if op[0] == _COMPUTE
-                else (_SEND, op[1], round(op[2] * t), op[3], t) if op[0] == _SEND else op
-                for op, f, t in zip(row, compute[draw], transfer[draw])
-            ))
-        yield Compiled(tuple(ops), compiled.num_transfers, compiled.num_links)
+    return [(spread_factors(costs.spread, n, rank, len(row)),
+             spread_factors(costs.transfer_spread, n, rank, len(row), "transfer"),
+             spread_factors(costs.rank_spread, n, rank, 1, "rank"))
+            for rank, row in enumerate(compiled.ops)]
+
+
+def spread_draw(compiled: Compiled, tables: SpreadTables, draw: int) -> Compiled:
+    """`compiled` with each compute op's time and each SEND's transfer time scaled by its
+    factor of draw `draw` (`spread_tables`)."""
+    ops = []
+    for row, (compute, transfer, shared) in zip(compiled.ops, tables):
+        k = shared[draw][0]
+        ops.append(tuple(
+            (_COMPUTE, round(op[1] * (f * k)), op[2], op[3]) if op[0] == _COMPUTE
+            else (_SEND, op[1], round(op[2] * t), op[3], t) if op[0] == _SEND else op
+            for op, f, t in zip(row, compute[draw], transfer[draw])
+        ))
+    return Compiled(tuple(ops), compiled.num_transfers, compiled.num_links)
 
 
 def median_draw(compiled: Compiled, costs: ResolvedCosts) -> list[RankRecord]:
     """Replay every draw of the spread; the records of the draw with the median makespan
-    (lower median, ties by draw number)."""
-    draws = []
-    for draw, drawn in enumerate(spread_draws(compiled, costs)):
-        records = replay(drawn, costs.contention, costs.send_overhead, costs.recv_overhead, costs.cores,
-                         costs.transfer_load)
-        draws.append((max((r.times[-1] for r in records if r.times), default=0), draw, records))
-    draws.sort(key=lambda x: (x[0], x[1]))
-    return draws[(len(draws) - 1) // 2][2]
+    (lower median, ties by draw number), replayed again rather than kept: only its makespan
+    is held for each draw."""
+    tables = spread_tables(compiled, costs)
+
+    def run(draw: int) -> list[RankRecord]:
+        return replay(spread_draw(compiled, tables, draw), costs.contention, costs.send_overhead,
+                      costs.recv_overhead, costs.cores, costs.transfer_load)
+
+    makespans = sorted((max((r.times[-1] for r in run(draw) if r.times), default=0), draw)
+                       for draw in range(costs.draws))
+    return run(makespans[(len(makespans) - 1) // 2][1])
 
 
 def replay(compiled: Compiled, contention: bool, send_overhead: int = 0, recv_overhead: int = 0,
