@@ -215,9 +215,13 @@ def median_draw(compiled: Compiled, costs: ResolvedCosts) -> list[RankRecord]:
         return replay(spread_draw(compiled, tables, draw), costs.contention, costs.send_overhead,
                       costs.recv_overhead, costs.cores, costs.transfer_load)
 
-    makespans = sorted((max((r.times[-1] for r in run(draw) if r.times), default=0), draw)
-                       for draw in range(costs.draws))
+    makespans = sorted((makespan_ns(run(draw)), draw) for draw in range(costs.draws))
     return run(makespans[(len(makespans) - 1) // 2][1])
+
+
+def makespan_ns(records: list[RankRecord]) -> int:
+    """When the last rank's process ended (ns; its final event, a reduction included)."""
+    return max((r.times[-1] for r in records if r.times), default=0)
 
 
 def replay(compiled: Compiled, contention: bool, send_overhead: int = 0, recv_overhead: int = 0,

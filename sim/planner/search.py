@@ -43,7 +43,7 @@ from typing import Callable, Iterable
 import schedules
 from schedules.timeline import bubble_ratio
 from sim.calibration import Calibration
-from sim.engine import compile_program, replay
+from sim.engine import compile_program, makespan_ns, replay
 from sim.costs import CostError
 
 from .axes import AXES
@@ -263,7 +263,7 @@ class Searcher:
         if simulated is None:
             start = time.perf_counter()
             runs = replay(compile_program(program, stage), stage.contention, stage.send_overhead, stage.recv_overhead)
-            makespan = max((r.times[-1] for r in runs if r.times), default=0)
+            makespan = makespan_ns(runs)
             if any(len(r.times) // 2 < len(s) for r, s in zip(runs, program.streams)):
                 raise PlanError(f"{config.describe()}: the simulated program deadlocked")
             busy = sum(r.busy for r in runs)
