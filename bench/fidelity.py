@@ -23,6 +23,12 @@ locked runs of the shared machine do not land between them:
    cores there, which the p = 2 calibration has not seen: the prediction shares the run's
    recorded cores among its ranks, `CostModel.cores`).
 
+The ``three`` and ``pooled`` predictions are also made at each held-out run's own compute level
+(``three@level``, ``pooled@level``; ``level_*`` in results.csv: the run's compute per step,
+each action on a core of its own, over the calibration's, `sim.comparison`): the error left
+there is the model's miss in how actions overlap, wait and spread, the rest a machine that
+computed faster or slower than at calibration, or actions the costs price wrongly.
+
 Every held-out case runs --rounds times, round-robin within its group (the calibration runs,
 then all cases, then all again), so that the machine's drift hits every case alike; each
 round's runs are predicted by that round's calibrations (the machine's speed drifts by 1.5x
@@ -60,6 +66,7 @@ import pandas as pd  # noqa: E402
 
 from sim import simulate  # noqa: E402
 from sim.calibration import calibrate, calibrate_runs  # noqa: E402
+from sim.comparison import compare_run  # noqa: E402
 from sim.quality import assess  # noqa: E402
 from sim.costs import CostError  # noqa: E402
 from sim.measured import read_measured  # noqa: E402
@@ -77,6 +84,11 @@ CHUNKS = {"interleaved": 2}
 # per rank): the three together give in-run costs at two stage sizes (sim.calibration, several runs).
 CALIBRATION_SCHEDULES = ("1f1b", "zb-h1", "interleaved")
 LOCK = "/work/wt/cpu.lock"
+# Calibrations whose predictions are also made at each held-out run's own compute level
+# (`sim.comparison`: the costs scaled so that the program's compute is what the run measured),
+# which separates a change of the machine's speed, or a mispriced action, from the model's
+# miss in how actions overlap, wait and spread.
+AT_LEVEL = ("three", "pooled")
 
 
 def group_name(model: str, rows: int, p: int) -> str:
@@ -146,6 +158,17 @@ def predict(calibration, run) -> float:
     except CostError as exc:
         print(f"  cannot predict {run.path}: {exc}", file=sys.stderr)
         return float("nan")
+
+
+def predict_at_level(calibration, run) -> tuple[float, float, float]:
+    """(step time predicted, the run's compute level against the calibration's costs, step time
+    predicted with the costs at that level): `sim.comparison.compare_run`."""
+    try:
+        c, _ = compare_run(run, calibration.for_run(run), calibration.dispatch_overhead)
+    except CostError as exc:
+        print(f"  cannot predict {run.path}: {exc}", file=sys.stderr)
+        return float("nan"), float("nan"), float("nan")
+    return c.step_time_simulated, c.compute_level, c.step_time_at_run_level
 
 
 def main() -> int:
@@ -221,9 +244,17 @@ def main() -> int:
                    "others_cpu": float(np.nanmax([others_share(r.path) for r in runs]))}
             for label in rounds[0]:
                 # each round's runs predicted by that round's calibration, then the median over rounds
-                predicted = float(np.median([predict(c[label], r) for c, r in zip(rounds, runs)]))
+                if label in AT_LEVEL:
+                    got = np.array([predict_at_level(c[label], r) for c, r in zip(rounds, runs)])
+                    predicted, level, at_level = (float(np.median(got[:, j])) for j in range(3))
+                else:
+                    predicted = float(np.median([predict(c[label], r) for c, r in zip(rounds, runs)]))
                 row[f"pred_{label}_ms"] = predicted * 1e3
                 row[f"err_{label}"] = predicted / mid - 1
+                if label in AT_LEVEL:
+                    row[f"level_{label}"] = level
+                    row[f"pred_{label}@level_ms"] = at_level * 1e3
+                    row[f"err_{label}@level"] = at_level / mid - 1
             if p == 4 and (model, rows) in p2_calibrations:
                 predicted = float(np.median([predict(c, r) for c, r in zip(p2_calibrations[(model, rows)], runs)]))
                 row["pred_p2_ms"], row["err_p2"] = predicted * 1e3, predicted / mid - 1

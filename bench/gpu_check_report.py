@@ -198,7 +198,7 @@ def memory_rows(name: str, run_dir: Path, calibration: Path | None) -> list[Memo
     from sim.sources import costs_for_run
 
     run = read_measured(run_dir)
-    costs, _ = costs_for_run(calibration if calibration is not None and calibration.is_file() else None, run)
+    costs = costs_for_run(calibration if calibration is not None and calibration.is_file() else None, run).costs
     summary = run.summary
     executor = ExecutorMemory(
         weight_bytes=tuple(int(s["param_bytes"]) for s in summary["stage_costs"]),

@@ -109,9 +109,11 @@ Fitted parameters (seconds unless noted), each from the statistic named:
 **Quality** (``quality``, filled by sim.quality.assess, which replays the calibration on
 each run it was fitted on with the engine: the fit itself simulates nothing): per run, the
 measured median step time, the simulated one, the signed self-replay error,
-and the run's step-time spread (interquartile range over the median); `warnings` lists
-every run whose error or spread exceeds sim.quality.QUALITY_LIMIT, so that a user can tell a model
-miss (error beyond the spread) from a noisy machine (spread as large as the error).
+the run's step-time spread (interquartile range over the median) and its compute level (its
+compute per step over the calibration's for its program, sim.comparison); `warnings` lists
+every run whose error or spread exceeds sim.quality.QUALITY_LIMIT, and runs whose levels lie
+further apart than it, so that a user can tell a model miss (error beyond the spread) from a
+noisy machine (spread as large as the error, or runs at different levels).
 
 **Several runs** (`calibrate_runs`, same model and microbatch size): each run is fitted
 alone, then every scalar parameter is the mean over the runs, the spread's quantiles are
@@ -475,7 +477,9 @@ def quality_lines(quality: Mapping[str, Any]) -> list[str]:
         lines.append(f"  self-replay of {entry['run']} ({entry['schedule']}, {entry['steps']} steps): measured "
                      f"{entry['step_time_measured'] * 1e3:.2f} ms, simulated {entry['step_time_simulated'] * 1e3:.2f} "
                      f"ms, error {100 * entry['self_replay_error']:+.1f}%; step-time spread (IQR / median) "
-                     f"{100 * entry['step_time_spread']:.1f}%")
+                     f"{100 * entry['step_time_spread']:.1f}%"
+                     + (f"; compute at x{entry['compute_level']:.3f} of the fitted costs" if "compute_level" in entry
+                        else ""))
     lines += [f"warning: {w}" for w in quality.get("warnings", [])]
     return lines
 

@@ -15,17 +15,30 @@ Measured numbers are medians over the run's measured steps; the simulation is on
   (an error within it may be the machine's noise rather than the model's miss).
 - ``peak_activation_bytes``: per rank; measured by the executor's saved-tensor meter
   (max over steps), simulated from the cost model's per-stage activation bytes.
+- ``compute_measured``: the run's compute in a step, summed over ranks, median over steps: each
+  compute row on a processor of its own (`sim.calibration.compute_frame`: where ranks shared
+  cores, the integral of its share) plus the executor's loop gap per action that calibrated
+  costs hold (``dispatch``, `Calibration.dispatch_overhead`); ``compute_simulated``: the cost
+  model's typical compute of the same program (`sim.engine.compute_seconds`); ``compute_level``:
+  measured / simulated. A level away from 1 says the run computed faster or slower than the
+  costs, whether because the machine's speed moved since the calibration or because the costs
+  price this program's actions wrongly.
+- ``step_time_at_run_level`` and its error: the program simulated with every compute cost
+  times ``compute_level`` (`CostModel.compute_scaled`): what is left of the error once the
+  compute's level is the run's, i.e. the model's miss in how actions overlap, wait and spread.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
+from .calibration import compute_frame
 from .costs import CostModel
-from .engine import simulate
+from .engine import compute_seconds, simulate
 from .measured import MeasuredRun
 from .result import SimResult
 
@@ -51,9 +64,15 @@ class Comparison:
     peak_activation_bytes_measured: list[int]
     peak_activation_bytes_simulated: list[int]
     step_time_spread: float = 0.0
+    compute_measured: float = 0.0
+    compute_simulated: float = 0.0
+    compute_level: float = float("nan")
+    step_time_at_run_level: float = float("nan")
+    step_time_error_at_run_level: float = float("nan")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """As JSON-ready values (a level that could not be measured is null)."""
+        return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in asdict(self).items()}
 
     def report(self, origin: str) -> str:
         """The text report (`sim compare --measured`): one line per quantity, measured beside
@@ -72,19 +91,31 @@ class Comparison:
             f"{100 * self.makespan_error:>+9.1f}%",
             f"{'bubble ratio':24}{100 * self.bubble_ratio_measured:>13.1f}%{100 * self.bubble_ratio_simulated:>13.1f}%",
             f"start-time MAE: {100 * self.start_mae:.1f}% of the measured makespan",
+            f"{'compute per step':24}{ms(self.compute_measured):>14}{ms(self.compute_simulated):>14}"
+            f"{100 * (1 / self.compute_level - 1):>+9.1f}%   (summed over ranks, each action on a core of its own)",
+            f"at the run's compute level (costs x{self.compute_level:.3f}): step time "
+            f"{ms(self.step_time_at_run_level)}, {100 * self.step_time_error_at_run_level:+.1f}%",
         ]
         for rank, (m, s) in enumerate(zip(self.peak_activation_bytes_measured, self.peak_activation_bytes_simulated)):
             lines.append(f"{f'peak activation, rank {rank}':24}{m:>12,} B{s:>12,} B")
         return "\n".join(lines)
 
 
-def compare_run(run: MeasuredRun, costs: CostModel) -> tuple[Comparison, SimResult]:
-    """Simulate a checked `run`'s program under `costs` and compare (CostError if they do not fit)."""
+def compare_run(run: MeasuredRun, costs: CostModel, dispatch: float = 0.0) -> tuple[Comparison, SimResult]:
+    """Simulate a checked `run`'s program under `costs` and compare (CostError if they do not fit);
+    `dispatch`: seconds of the executor's loop that `costs` hold per compute action (module
+    docstring, ``compute_measured``)."""
     result = simulate(run.program, costs)
     metrics = run.step_metrics()
     makespan = float(metrics["makespan"].median())
     step_time = run.step_time_median
     schedule = run.program.schedule
+    compute_measured = measured_compute(run, dispatch)
+    compute_simulated = compute_seconds(run.program, costs)
+    level = at_level = float("nan")
+    if compute_simulated > 0 and compute_measured > 0:
+        level = compute_measured / compute_simulated
+        at_level = simulate(run.program, costs.compute_scaled(level)).step_time
     comparison = Comparison(
         run=str(run.path),
         schedule=schedule.name,
@@ -103,8 +134,22 @@ def compare_run(run: MeasuredRun, costs: CostModel) -> tuple[Comparison, SimResu
         peak_activation_bytes_measured=[int(b) for b in run.summary["peak_activation_bytes"]],
         peak_activation_bytes_simulated=result.peak_activation_bytes,
         step_time_spread=step_spread(run.step_times),
+        compute_measured=compute_measured,
+        compute_simulated=compute_simulated,
+        compute_level=level,
+        step_time_at_run_level=at_level,
+        step_time_error_at_run_level=_relative(at_level, step_time),
     )
     return comparison, result
+
+
+def measured_compute(run: MeasuredRun, dispatch: float = 0.0) -> float:
+    """The run's compute in a step, seconds: summed over ranks, each compute row on a processor
+    of its own plus `dispatch`, median over steps (module docstring, ``compute_measured``)."""
+    frame = compute_frame(run)
+    if not len(frame):
+        return 0.0
+    return float((frame["duration"] + dispatch).groupby(frame["step"]).sum().median())
 
 
 def step_spread(times: list[float]) -> float:

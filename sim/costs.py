@@ -108,7 +108,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence, Union
 
@@ -311,6 +311,19 @@ class CostModel:
         each rank's stages, lists checked against the stages when simulated). A calibration
         answers the same question by cutting its model (sim.sources.CostSource)."""
         return self
+
+    def compute_scaled(self, factor: float) -> "CostModel":
+        """This model with every compute cost (F, B, I, W and the switch costs) times `factor`:
+        the same program on a machine that computes 1 / `factor` as fast (place factors, being
+        ratios, stay)."""
+        def times(value):
+            if value is None:
+                return None
+            return tuple(v * factor for v in value) if isinstance(value, tuple) else value * factor
+
+        return replace(self, forward=times(self.forward), backward_input=times(self.backward_input),
+                       backward_weight=times(self.backward_weight), backward_full=times(self.backward_full),
+                       switch_forward=self.switch_forward * factor, switch_backward=self.switch_backward * factor)
 
     def describe(self) -> str:
         """One line naming the compute (and transfer) costs, for figure titles."""

@@ -105,6 +105,14 @@ def simulate(schedule_or_program: Schedule | Program, costs: CostModel) -> SimRe
     return SimResult.from_records(program, costs, resolved, records)
 
 
+def compute_seconds(program: Program, costs: CostModel) -> float:
+    """The program's compute time for one step under `costs`, summed over ranks: every compute
+    action's typical time (switch and place included, no spread, each on a processor of its
+    own), seconds."""
+    compiled = compile_program(program, costs.for_schedule(program.schedule))
+    return sum(op[1] for row in compiled.ops for op in row if op[0] == _COMPUTE) / 1e9
+
+
 def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
     """Turn every action into an op tuple (compute ops are shared per stage and kind)."""
     schedule = program.schedule

@@ -14,7 +14,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from .calibration import Calibration
-from .engine import simulate
+from .comparison import measured_compute
+from .engine import compute_seconds, simulate
 from .measured import MeasuredRun
 
 QUALITY_LIMIT = 0.03  # self-replay error or step-time spread (IQR / median) worth a warning
@@ -27,10 +28,14 @@ def assess(calibration: Calibration, runs: Sequence[MeasuredRun]) -> Calibration
 
 def quality_of(calibration: Calibration, runs: Sequence[MeasuredRun]) -> dict[str, Any]:
     """Per run: measured and simulated median step time, self-replay error, step-time spread
-    (IQR / median); and warnings for those beyond QUALITY_LIMIT (sim.calibration's module docstring)."""
+    (IQR / median) and compute level (its compute over the calibration's, `sim.comparison`);
+    and warnings for those beyond QUALITY_LIMIT, and for levels further apart than it
+    (sim.calibration's module docstring)."""
     per_run, warnings = [], []
     for run in runs:
-        simulated = simulate(run.program, calibration.for_run(run)).step_time
+        costs = calibration.for_run(run)
+        simulated = simulate(run.program, costs).step_time
+        typical = compute_seconds(run.program, costs)
         times = np.array(run.step_times)
         measured = float(np.median(times))
         q1, q3 = np.percentile(times, [25, 75])
@@ -39,6 +44,7 @@ def quality_of(calibration: Calibration, runs: Sequence[MeasuredRun]) -> dict[st
             "step_time_measured": measured, "step_time_simulated": simulated,
             "self_replay_error": (simulated - measured) / measured if measured else 0.0,
             "step_time_spread": float((q3 - q1) / measured) if measured else 0.0,
+            "compute_level": measured_compute(run, calibration.dispatch_overhead) / typical if typical else 1.0,
         }
         per_run.append(entry)
         if abs(entry["self_replay_error"]) > QUALITY_LIMIT:
@@ -48,4 +54,9 @@ def quality_of(calibration: Calibration, runs: Sequence[MeasuredRun]) -> dict[st
             warnings.append(f"{run.path}: its step times spread {100 * entry['step_time_spread']:.1f}% (IQR / "
                             f"median; beyond {100 * QUALITY_LIMIT:.0f}%): a noisy machine, predictions are as "
                             "uncertain")
+    levels = [entry["compute_level"] for entry in per_run]
+    if len(levels) > 1 and max(levels) / min(levels) - 1 > QUALITY_LIMIT:
+        warnings.append(f"the runs computed at x{min(levels):.3f} to x{max(levels):.3f} of the fitted costs (beyond "
+                        f"{100 * QUALITY_LIMIT:.0f}% apart): the machine's speed moved between them, or the runs' "
+                        "actions cost what one set of costs cannot give them all")
     return {"runs": per_run, "warnings": warnings}

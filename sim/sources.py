@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from schedules.io import read_json
 
@@ -124,19 +125,30 @@ def _bandwidth_used(model: CostModel, overrides: CostOverrides) -> CostModel:
     return model
 
 
-def costs_for_run(path: str | Path | None, run: MeasuredRun) -> tuple[CostModel, str]:
-    """The cost model to simulate a checked run's own program with, and a phrase saying where
-    it came from: the cost model in `path`, the calibration in `path` cut to the run's stages,
-    or (no path) a calibration from the run itself (its replay)."""
+class RunCosts(NamedTuple):
+    """What a measured run is simulated with (`costs_for_run`): the cost model, a phrase saying
+    where it came from, and the executor's loop gap per compute action its compute costs hold
+    (a calibration's ``dispatch_overhead``; 0 for a cost model given as such)."""
+
+    costs: CostModel
+    origin: str
+    dispatch: float
+
+
+def costs_for_run(path: str | Path | None, run: MeasuredRun) -> RunCosts:
+    """The cost model to simulate a checked run's own program with (`RunCosts`): the cost model
+    in `path`, the calibration in `path` cut to the run's stages, or (no path) a calibration
+    from the run itself (its replay)."""
     if path is None:
-        return calibrate(run).for_run(run), "calibrated from this run (replay)"
+        calibration = calibrate(run)
+        return RunCosts(calibration.for_run(run), "calibrated from this run (replay)", calibration.dispatch_overhead)
     data, calibrated = _read(path)
     if not calibrated:
-        return CostModel.from_dict(data), f"cost model {path}"
+        return RunCosts(CostModel.from_dict(data), f"cost model {path}", 0.0)
     calibration = Calibration.from_dict(data, str(path))
     source = calibration.source
     origin = f"calibration {path} (from {source.get('schedule')} m={source.get('microbatches')}: {source.get('run')})"
-    return calibration.for_run(run), origin
+    return RunCosts(calibration.for_run(run), origin, calibration.dispatch_overhead)
 
 
 def run_costs(path: str | Path | None, overrides: CostOverrides, run: MeasuredRun) -> CostModel:
@@ -145,4 +157,4 @@ def run_costs(path: str | Path | None, overrides: CostOverrides, run: MeasuredRu
     default); else `costs_for_run` (the run is checked first)."""
     if overrides.given():
         return cost_source(path, overrides).for_stages(run.program.schedule.num_stages)
-    return costs_for_run(path, run.checked())[0]
+    return costs_for_run(path, run.checked()).costs

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import math
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -594,3 +595,30 @@ def test_cells_that_disagree_give_the_observed_switch_and_positive_costs():
         measured = sum(w * v for (s, _, _), w, v in zip(keys, weight, value) if s == stage)
         modelled = sum(w * v for (s, _, _), w, v in zip(keys, weight, model) if s == stage)
         assert modelled == pytest.approx(measured, rel=0.10)
+
+
+def test_compute_level_of_a_run_on_a_slower_machine(calibration_run, tmp_path, monkeypatch):
+    """A held-out run made by a machine whose every compute cost is 1.25x the calibrated one
+    (transfers and overheads unchanged): the comparison's compute level is exactly 1.25 and, at
+    that level, the prediction is exact; the calibration run itself is at level 1."""
+    run = read_measured(calibration_run)
+    calibration = calibrate(run)
+    comparison, _ = compare_run(run, calibration.for_run(run), calibration.dispatch_overhead)
+    assert comparison.compute_level == pytest.approx(1.0, rel=1e-9)
+    assert comparison.step_time_error_at_run_level == pytest.approx(0.0, abs=1e-9)
+    truth = true_costs
+    monkeypatch.setattr(sys.modules[__name__], "true_costs", lambda n: truth(n).compute_scaled(1.25))
+    write_run(tmp_path / "slower", "interleaved", 4, chunks=2)
+    slower = read_measured(tmp_path / "slower")
+    comparison, _ = compare_run(slower, calibration.for_run(slower), calibration.dispatch_overhead)
+    assert comparison.step_time_error < -0.05  # at the calibrated speed the prediction is short
+    assert comparison.compute_level == pytest.approx(1.25, rel=1e-9)
+    assert comparison.compute_measured == pytest.approx(1.25 * comparison.compute_simulated, rel=1e-9)
+    assert comparison.step_time_error_at_run_level == pytest.approx(0.0, abs=1e-9)
+    record = comparison.to_dict()
+    assert record["compute_level"] == pytest.approx(1.25) and json.dumps(record)
+    from sim.quality import quality_of
+
+    quality = quality_of(calibration, [run, slower])
+    assert [e["compute_level"] for e in quality["runs"]] == pytest.approx([1.0, 1.25], rel=1e-9)
+    assert any("x1.000 to x1.250 of the fitted costs" in w for w in quality["warnings"])

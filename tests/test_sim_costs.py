@@ -130,3 +130,27 @@ def test_bad_json(tmp_path) -> None:
     bad.write_text("[1, 2]")
     with pytest.raises(CostError, match="JSON object"):
         CostModel.from_json(bad)
+
+
+def test_compute_scaled_scales_every_compute_cost_and_nothing_else() -> None:
+    """GPipe with F = 1, B = 2 and no transfers takes (m + p - 1)(F + B) (closed form); at
+    1.5x the compute it takes 1.5x that, and the program's compute (summed over ranks) is
+    m p (F + B) x 1.5. Transfer, overhead and memory fields stay as they were."""
+    from sim.engine import compute_seconds
+
+    base = CostModel(forward=1.0, backward_full=2.0, p2p_latency=0.25, step_overhead=0.5, switch_forward=0.125,
+                     switch_backward=0.0625, activation_memory=7)
+    scaled = base.compute_scaled(1.5)
+    assert (scaled.forward, scaled.backward_full, scaled.switch_forward, scaled.switch_backward) == (1.5, 3.0, 0.1875,
+                                                                                                       0.09375)
+    assert (scaled.p2p_latency, scaled.step_overhead, scaled.activation_memory) == (0.25, 0.5, 7)
+    p, m = 4, 6
+    plain = CostModel(forward=1.0, backward_full=2.0)
+    program = schedules.lower(schedules.build("gpipe", ranks=p, microbatches=m))
+    from sim import simulate
+
+    assert simulate(program, plain).makespan == pytest.approx((m + p - 1) * 3.0, abs=1e-9)
+    assert simulate(program, plain.compute_scaled(1.5)).makespan == pytest.approx((m + p - 1) * 4.5, abs=1e-9)
+    assert compute_seconds(program, plain.compute_scaled(1.5)) == pytest.approx(m * p * 4.5, abs=1e-9)
+    split = CostModel(forward=[1.0, 2.0], backward_input=[0.5, 0.25], backward_weight=[0.75, 1.0]).compute_scaled(2.0)
+    assert (split.forward, split.backward_input, split.backward_weight) == ((2.0, 4.0), (1.0, 0.5), (1.5, 2.0))

@@ -244,8 +244,8 @@ def compare_measured(options: CompareOptions) -> int:
         return _fail("--measured prints a table or, with --json, one JSON object (not --csv)")
     try:
         measured = read_measured(options.measured)
-        costs, origin = costs_for_run(options.costs, measured)
-        comparison, result = compare_run(measured, costs)
+        costs, origin, dispatch = costs_for_run(options.costs, measured)
+        comparison, result = compare_run(measured, costs, dispatch)
         if options.overlay:
             from ..plot import plot_overlay
 
