@@ -80,14 +80,20 @@ def profile_layers(
     targets = model.targets[:rows].to(device)
     hidden = _boundary_input(model, inputs)
     counts = [n for n in LAYER_COUNTS if n <= len(model.layers)]
-    for role in roles(num_stages):
-        first, last = role.holds_prologue, role.holds_epilogue
-        for n in counts:
-            records.append(
-                _profile_stage(model, range(n), first, last, inputs if first else hidden, targets, rows,
-                               device, split, repeats, warmup, tp_mesh)
-                | {"rank": dist.get_rank(), "role": role.value, "layers": n}
-            )
+    # A tp group times its calls together (they hold its collectives), so it never takes turns.
+    turn, turns = profile_turns(device) if tp_mesh is None else (0, 1)
+    for k in range(turns):
+        if k == turn:
+            for role in roles(num_stages):
+                first, last = role.holds_prologue, role.holds_epilogue
+                for n in counts:
+                    records.append(
+                        _profile_stage(model, range(n), first, last, inputs if first else hidden, targets, rows,
+                                       device, split, repeats, warmup, tp_mesh)
+                        | {"rank": dist.get_rank(), "role": role.value, "layers": n}
+                    )
+        if turns > 1:
+            dist.barrier()
     gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
     dist.gather_object(records, gathered, dst=0)
     if gathered is None:
@@ -99,6 +105,23 @@ def profile_layers(
         "split": split,
         "records": [r for per_rank in gathered for r in per_rank],
     }
+
+
+def profile_turns(device: torch.device) -> tuple[int, int]:
+    """(this rank's turn, turns): on CPU hosts running more ranks than they have cores, the
+    ranks of a host take turns, as many at a time as it has cores, so that each stage call is
+    timed on a core of its own, as the calibration takes in-run actions (sim.calibration's
+    full_speed); four ranks profiling at once on two cores gave per-kind run/profile speed
+    ratios of 1.2-2.2 and layer slopes the runs did not have. Collective on CPU: every rank
+    gets the most turns of any host; one turn elsewhere."""
+    if device.type != "cpu":
+        return 0, 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size()))
+    turn = int(os.environ.get("LOCAL_RANK", dist.get_rank())) // cores
+    turns = torch.tensor([-(-local // cores)])
+    dist.all_reduce(turns, op=dist.ReduceOp.MAX)
+    return turn, int(turns.item())
 
 
 def _boundary_input(model: PipelineModel, inputs: torch.Tensor) -> torch.Tensor:

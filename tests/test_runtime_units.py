@@ -319,3 +319,32 @@ def test_post_ahead_flag_parses_counts_and_names():
     for bad in ("-1", "later", "1.5"):
         with pytest.raises(argparse.ArgumentTypeError, match="'step' or 'auto'"):
             post_ahead(bad)
+
+
+@pytest.mark.parametrize("cores, local, local_rank, expected", [
+    (2, 4, 3, (1, 2)),  # 4 ranks on 2 cores: two turns, ranks 2 and 3 in the second
+    (2, 4, 1, (0, 2)),
+    (1, 3, 2, (2, 3)),
+    (2, 2, 1, (0, 1)),  # a core each: one turn
+    (8, 2, 0, (0, 1)),
+])
+def test_ranks_sharing_cores_take_turns_to_profile(monkeypatch, cores, local, local_rank, expected):
+    """runtime.profile.profile_turns: as many ranks of a host profile at once as it has cores."""
+    import socket
+
+    import torch.distributed as dist
+
+    from runtime.profile import profile_turns
+
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local))
+    monkeypatch.setenv("LOCAL_RANK", str(local_rank))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        assert profile_turns(torch.device("cpu")) == expected
+        assert profile_turns(torch.device("meta")) == (0, 1)  # not a CPU host: no turns
+    finally:
+        dist.destroy_process_group()
