@@ -38,6 +38,7 @@ import torch.distributed as dist
 from schedules import Kind
 from schedules.stages import roles
 
+from . import host
 from .layout import Layout, device_mesh
 from .memory import SavedTensorMeter
 from .models import PipelineModel, microbatch_sizes
@@ -116,10 +117,9 @@ def profile_turns(device: torch.device) -> tuple[int, int]:
     gets the most turns of any host; one turn elsewhere."""
     if device.type != "cpu":
         return 0, 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size()))
-    turn = int(os.environ.get("LOCAL_RANK", dist.get_rank())) // cores
-    turns = torch.tensor([-(-local // cores)])
+    cores = host.cores()
+    turn = host.local_rank(dist.get_rank()) // cores
+    turns = torch.tensor([-(-host.local_world_size(dist.get_world_size()) // cores)])
     dist.all_reduce(turns, op=dist.ReduceOp.MAX)
     return turn, int(turns.item())
 

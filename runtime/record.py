@@ -35,6 +35,7 @@ import schedules
 from schedules.ir import COMPUTE_NAMES, RECV_NAMES, SEND_NAMES
 from schedules.timeline import memory_frame, step_metrics, timeline_frame
 
+from . import host
 from .clock import __doc__ as CLOCK_DOC
 from .layout import MESH_DIMS
 
@@ -124,8 +125,8 @@ def gather(plan, payloads: list[dict[str, Any]], backend: str, device: torch.dev
         "torch_threads": torch.get_num_threads(),
         # Ranks of one host share its cores (the simulator's CostModel.cores); rank 0's host
         # stands for every host.
-        "cpu_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", plan.layout.size)),
+        "cpu_cores": host.cores(),
+        "local_world_size": host.local_world_size(plan.layout.size),
         "python": platform.python_version(),
         "timeout_seconds": plan.options.timeout,
         "clock_alignment": " ".join(CLOCK_DOC.split()),

@@ -55,7 +55,7 @@ def quality_of(calibration: Calibration, runs: Sequence[MeasuredRun]) -> dict[st
                             f"median; beyond {100 * QUALITY_LIMIT:.0f}%): a noisy machine, predictions are as "
                             "uncertain")
     levels = [entry["compute_level"] for entry in per_run]
-    if len(levels) > 1 and max(levels) / min(levels) - 1 > QUALITY_LIMIT:
+    if len(levels) > 1 and min(levels) > 0 and max(levels) / min(levels) - 1 > QUALITY_LIMIT:
         warnings.append(f"the runs computed at x{min(levels):.3f} to x{max(levels):.3f} of the fitted costs (beyond "
                         f"{100 * QUALITY_LIMIT:.0f}% apart): the machine's speed moved between them, or the runs' "
                         "actions cost what one set of costs cannot give them all")
