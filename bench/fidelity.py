@@ -244,17 +244,15 @@ def main() -> int:
                    "others_cpu": float(np.nanmax([others_share(r.path) for r in runs]))}
             for label in rounds[0]:
                 # each round's runs predicted by that round's calibration, then the median over rounds
-                if label in AT_LEVEL:
-                    got = np.array([predict_at_level(c[label], r) for c, r in zip(rounds, runs)])
-                    predicted, level, at_level = (float(np.median(got[:, j])) for j in range(3))
-                else:
+                if label not in AT_LEVEL:
                     predicted = float(np.median([predict(c[label], r) for c, r in zip(rounds, runs)]))
-                row[f"pred_{label}_ms"] = predicted * 1e3
-                row[f"err_{label}"] = predicted / mid - 1
-                if label in AT_LEVEL:
-                    row[f"level_{label}"] = level
-                    row[f"pred_{label}@level_ms"] = at_level * 1e3
-                    row[f"err_{label}@level"] = at_level / mid - 1
+                    row[f"pred_{label}_ms"], row[f"err_{label}"] = predicted * 1e3, predicted / mid - 1
+                    continue
+                got = np.array([predict_at_level(c[label], r) for c, r in zip(rounds, runs)])
+                predicted, level, at_level = (float(np.median(got[:, j])) for j in range(3))
+                row[f"pred_{label}_ms"], row[f"err_{label}"] = predicted * 1e3, predicted / mid - 1
+                row[f"level_{label}"] = level
+                row[f"pred_{label}@level_ms"], row[f"err_{label}@level"] = at_level * 1e3, at_level / mid - 1
             if p == 4 and (model, rows) in p2_calibrations:
                 predicted = float(np.median([predict(c, r) for c, r in zip(p2_calibrations[(model, rows)], runs)]))
                 row["pred_p2_ms"], row["err_p2"] = predicted * 1e3, predicted / mid - 1

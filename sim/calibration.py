@@ -478,7 +478,7 @@ def quality_lines(quality: Mapping[str, Any]) -> list[str]:
                      f"{entry['step_time_measured'] * 1e3:.2f} ms, simulated {entry['step_time_simulated'] * 1e3:.2f} "
                      f"ms, error {100 * entry['self_replay_error']:+.1f}%; step-time spread (IQR / median) "
                      f"{100 * entry['step_time_spread']:.1f}%"
-                     + (f"; compute at x{entry['compute_level']:.3f} of the fitted costs" if "compute_level" in entry
+                     + (f"; compute at x{entry['compute_level']:.3f} of the fitted costs" if entry.get("compute_level") is not None
                         else ""))
     lines += [f"warning: {w}" for w in quality.get("warnings", [])]
     return lines

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -92,7 +92,8 @@ class Comparison:
             f"{'bubble ratio':24}{100 * self.bubble_ratio_measured:>13.1f}%{100 * self.bubble_ratio_simulated:>13.1f}%",
             f"start-time MAE: {100 * self.start_mae:.1f}% of the measured makespan",
             f"{'compute per step':24}{ms(self.compute_measured):>14}{ms(self.compute_simulated):>14}"
-            f"{100 * (1 / self.compute_level - 1):>+9.1f}%   (summed over ranks, each action on a core of its own)",
+            f"{100 * _relative(self.compute_simulated, self.compute_measured):>+9.1f}%   (summed over ranks, each "
+            "action on a core of its own)",
             f"at the run's compute level (costs x{self.compute_level:.3f}): step time "
             f"{ms(self.step_time_at_run_level)}, {100 * self.step_time_error_at_run_level:+.1f}%",
         ]
@@ -110,12 +111,9 @@ def compare_run(run: MeasuredRun, costs: CostModel, dispatch: float = 0.0) -> tu
     makespan = float(metrics["makespan"].median())
     step_time = run.step_time_median
     schedule = run.program.schedule
-    compute_measured = measured_compute(run, dispatch)
-    compute_simulated = compute_seconds(run.program, costs)
-    level = at_level = float("nan")
-    if compute_simulated > 0 and compute_measured > 0:
-        level = compute_measured / compute_simulated
-        at_level = simulate(run.program, costs.compute_scaled(level)).step_time
+    compute = compute_level(run, costs, dispatch)
+    level = compute.level
+    at_level = float("nan") if math.isnan(level) else simulate(run.program, costs.compute_scaled(level)).step_time
     comparison = Comparison(
         run=str(run.path),
         schedule=schedule.name,
@@ -134,13 +132,31 @@ def compare_run(run: MeasuredRun, costs: CostModel, dispatch: float = 0.0) -> tu
         peak_activation_bytes_measured=[int(b) for b in run.summary["peak_activation_bytes"]],
         peak_activation_bytes_simulated=result.peak_activation_bytes,
         step_time_spread=step_spread(run.step_times),
-        compute_measured=compute_measured,
-        compute_simulated=compute_simulated,
+        compute_measured=compute.measured,
+        compute_simulated=compute.simulated,
         compute_level=level,
         step_time_at_run_level=at_level,
         step_time_error_at_run_level=_relative(at_level, step_time),
     )
     return comparison, result
+
+
+class ComputeLevel(NamedTuple):
+    """A run's compute per step beside a cost model's for its program (module docstring)."""
+
+    measured: float
+    simulated: float
+
+    @property
+    def level(self) -> float:
+        """measured / simulated; NaN where either is not positive (nothing to compare)."""
+        return self.measured / self.simulated if self.measured > 0 and self.simulated > 0 else float("nan")
+
+
+def compute_level(run: MeasuredRun, costs: CostModel, dispatch: float = 0.0) -> ComputeLevel:
+    """The run's compute per step (`measured_compute`) and `costs`' for its program
+    (`sim.engine.compute_seconds`)."""
+    return ComputeLevel(measured_compute(run, dispatch), compute_seconds(run.program, costs))
 
 
 def measured_compute(run: MeasuredRun, dispatch: float = 0.0) -> float:

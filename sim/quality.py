@@ -8,14 +8,15 @@ the error). Kept apart from sim.calibration because it simulates: fitting does n
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any, Sequence
 
 import numpy as np
 
 from .calibration import Calibration
-from .comparison import measured_compute
-from .engine import compute_seconds, simulate
+from .comparison import compute_level
+from .engine import simulate
 from .measured import MeasuredRun
 
 QUALITY_LIMIT = 0.03  # self-replay error or step-time spread (IQR / median) worth a warning
@@ -35,7 +36,6 @@ def quality_of(calibration: Calibration, runs: Sequence[MeasuredRun]) -> dict[st
     for run in runs:
         costs = calibration.for_run(run)
         simulated = simulate(run.program, costs).step_time
-        typical = compute_seconds(run.program, costs)
         times = np.array(run.step_times)
         measured = float(np.median(times))
         q1, q3 = np.percentile(times, [25, 75])
@@ -44,7 +44,7 @@ def quality_of(calibration: Calibration, runs: Sequence[MeasuredRun]) -> dict[st
             "step_time_measured": measured, "step_time_simulated": simulated,
             "self_replay_error": (simulated - measured) / measured if measured else 0.0,
             "step_time_spread": float((q3 - q1) / measured) if measured else 0.0,
-            "compute_level": measured_compute(run, calibration.dispatch_overhead) / typical if typical else 1.0,
+            "compute_level": compute_level(run, costs, calibration.dispatch_overhead).level,  # NaN: no compute
         }
         per_run.append(entry)
         if abs(entry["self_replay_error"]) > QUALITY_LIMIT:
@@ -54,8 +54,11 @@ def quality_of(calibration: Calibration, runs: Sequence[MeasuredRun]) -> dict[st
             warnings.append(f"{run.path}: its step times spread {100 * entry['step_time_spread']:.1f}% (IQR / "
                             f"median; beyond {100 * QUALITY_LIMIT:.0f}%): a noisy machine, predictions are as "
                             "uncertain")
-    levels = [entry["compute_level"] for entry in per_run]
-    if len(levels) > 1 and min(levels) > 0 and max(levels) / min(levels) - 1 > QUALITY_LIMIT:
+    for entry in per_run:  # JSON has no NaN: a run without compute rows has no level
+        if math.isnan(entry["compute_level"]):
+            entry["compute_level"] = None
+    levels = [entry["compute_level"] for entry in per_run if entry["compute_level"] is not None]
+    if len(levels) > 1 and max(levels) / min(levels) - 1 > QUALITY_LIMIT:
         warnings.append(f"the runs computed at x{min(levels):.3f} to x{max(levels):.3f} of the fitted costs (beyond "
                         f"{100 * QUALITY_LIMIT:.0f}% apart): the machine's speed moved between them, or the runs' "
                         "actions cost what one set of costs cannot give them all")
