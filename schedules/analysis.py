@@ -72,3 +72,20 @@ def switches(stream: Sequence[Action]) -> list[bool]:
         else:
             append(False)
     return flags
+
+
+def run_lengths(stream: Sequence[Action]) -> list[int]:
+    """Per action of one rank's stream: for a compute action, how many compute actions of its
+    stage and kind the rank has run in a row up to and including it (1: it switches, as
+    `switches` says); 0 for the rest. GPipe's phases count up to m; 1F1B's steady state stays at
+    1. A CPU's caches warm over more than one repeat (bench/repeat_costs.py measures it)."""
+    out: list[int] = []
+    length = 0
+    compute = frozenset(COMPUTE_KINDS)
+    for action, switching in zip(stream, switches(stream)):
+        if action.kind in compute:
+            length = 1 if switching else length + 1
+            out.append(length)
+        else:
+            out.append(0)
+    return out

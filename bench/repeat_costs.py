@@ -1,0 +1,89 @@
+"""What a compute action costs after a run of actions of its own stage and kind, measured vs modelled.
+
+    python bench/repeat_costs.py RUN_DIR [RUN_DIR ...] [--calibrate-on RUN_DIR ...]
+
+The simulator charges a compute action its stage's cost plus a switch cost when its rank's
+previous compute action had another stage or kind (sim.costs), so the second action of a run
+of repeats already costs what the hundredth does. This prints, per run, kind and stage, the
+in-run mean duration of the actions at place 2 or later (the third action of its stage and kind
+in the step on, so that the first actions' own factors stay out) by **run length**: 1 (the
+action switches), 2 (the second in a row) and 3 or more, each beside what the calibration of the
+run itself charges for it (`sim.calibration.calibrate`: the stage's cost, plus the switch for
+run length 1). A 1F1B, ZB-H1 or interleaved run at m = 2p has runs of length 1 and 2 only; a GPipe run
+has long ones. README's "Repeated actions" quotes these numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pandas as pd  # noqa: E402
+
+from schedules.analysis import places, run_lengths  # noqa: E402
+from schedules.errors import ScheduleError  # noqa: E402
+from sim.calibration import Calibration, calibrate, calibrate_runs, compute_frame  # noqa: E402
+from sim.costs import CostError  # noqa: E402
+from sim.measured import read_measured  # noqa: E402
+
+FIRST_LATER_PLACE = 2
+
+
+def repeat_table(path: str, calibration: Calibration | None) -> pd.DataFrame:
+    """One row per (kind, stage, run-length class) of the run's later-place compute actions: count,
+    measured mean (us), and the cost `calibration` (default: the run's own) charges for it (us)."""
+    run = read_measured(path)
+    calibration = calibration or calibrate(run)
+    costs = calibration.for_run(run).for_schedule(run.program.schedule)
+    per_kind = {"F": costs.forward, "B": costs.backward, "I": costs.input, "W": costs.weight}
+    frame = compute_frame(run)
+    position = run.timeline.groupby(["step", "rank"]).cumcount().loc[frame.index].to_numpy()
+    ranks = frame["rank"].to_numpy()
+    lengths = [run_lengths(s) for s in run.program.streams]
+    raw_places = [places(s) for s in run.program.streams]
+    frame["length"] = [min(lengths[r][i], 3) for r, i in zip(ranks, position)]
+    frame = frame[[raw_places[r][i] >= FIRST_LATER_PLACE for r, i in zip(ranks, position)]]
+    dispatch = calibration.dispatch_overhead
+    rows = []
+    for (kind, stage, length), cell in frame.groupby(["kind", "stage", "length"]):
+        switch = costs.switch_forward if kind == "F" else costs.switch_backward
+        # ns; the simulated action holds the loop's dispatch gap, which the measured row leaves out
+        modelled = (per_kind[kind][stage] + (switch if length == 1 else 0)) / 1e9 - dispatch
+        rows.append({"run": Path(path).name, "kind": kind, "stage": int(stage),
+                     "length": "3+" if length == 3 else str(length), "actions": len(cell),
+                     "measured_us": 1e6 * float(cell["duration"].mean()), "modelled_us": 1e6 * modelled})
+    return pd.DataFrame(rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("runs", nargs="+", help="run directories to tabulate")
+    parser.add_argument("--calibrate-on", nargs="+", default=None,
+                        help="model every run with the calibration of these runs (default: each run's own)")
+    args = parser.parse_args()
+    try:
+        shared = calibrate_runs([read_measured(p) for p in args.calibrate_on]) if args.calibrate_on else None
+        tables = [repeat_table(path, shared) for path in args.runs]
+    except (ScheduleError, CostError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    table = pd.concat(tables, ignore_index=True)
+    print("| run | kind | stage | run length | actions | measured us | modelled us | measured / modelled |")
+    print("|---|---|---:|---|---:|---:|---:|---:|")
+    for r in table.itertuples():
+        print(f"| {r.run} | {r.kind} | {r.stage} | {r.length} | {r.actions} | {r.measured_us:.0f} | "
+              f"{r.modelled_us:.0f} | x{r.measured_us / r.modelled_us:.2f} |")
+    print()
+    print("| run | kind | run length | actions | measured / modelled, all stages |")
+    print("|---|---|---|---:|---:|")
+    for (run, kind, length), cell in table.groupby(["run", "kind", "length"], sort=False):
+        ratio = (cell["measured_us"] * cell["actions"]).sum() / (cell["modelled_us"] * cell["actions"]).sum()
+        print(f"| {run} | {kind} | {length} | {cell['actions'].sum()} | x{ratio:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

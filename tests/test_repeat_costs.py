@@ -1,0 +1,78 @@
+"""Run lengths (schedules.analysis.run_lengths) in closed form, and bench/repeat_costs.py tabulating a
+synthetic machine's repeats exactly.
+
+Synthetic runs come from tests/test_calibrate.py's `write_run` (the simulator under a known
+machine whose switch costs are SWITCH), so every measured and modelled value is known.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import schedules
+import test_calibrate as synth
+from schedules.analysis import run_lengths
+from test_calibrate import write_run
+
+from sim.calibration import calibrate_runs
+from sim.measured import read_measured
+
+SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "repeat_costs.py"
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("repeat_costs", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("m", [1, 3, 6])
+def test_gpipe_runs_count_up_through_each_phase(m):
+    stream = schedules.lower(schedules.build("gpipe", ranks=2, microbatches=m)).streams[0]
+    lengths = [n for a, n in zip(stream, run_lengths(stream)) if a.kind.is_compute]
+    assert lengths == list(range(1, m + 1)) * 2  # m forwards in a row, then m backwards
+
+
+def test_one_f_one_b_steady_state_switches_every_action():
+    stream = schedules.lower(schedules.build("1f1b", ranks=2, microbatches=6)).streams[1]
+    assert [n for a, n in zip(stream, run_lengths(stream)) if a.kind.is_compute] == [1] * 12
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("repeats")
+    write_run(root / "1f1b", "1f1b", 8, profile=True)
+    write_run(root / "gpipe", "gpipe", 8, profile=True)
+    return root
+
+
+def test_gpipe_repeats_cost_the_switch_less_and_match_a_1f1b_calibration(runs):
+    bench = load_bench()
+    calibration = calibrate_runs([read_measured(runs / "1f1b")])
+    table = bench.repeat_table(str(runs / "gpipe"), calibration)
+    assert set(table["length"]) == {"3+"}  # places 2 and later of a GPipe phase repeat
+    assert table["measured_us"].to_numpy() == pytest.approx(table["modelled_us"].to_numpy(), rel=1e-9)
+    # a switching action of the 1F1B run costs its stage's repeat in GPipe plus SWITCH
+    steady = bench.repeat_table(str(runs / "1f1b"), None)
+    for kind in ("F", "B"):
+        for stage in (0, 1):
+            on = steady[(steady.kind == kind) & (steady.stage == stage) & (steady.length == "1")]["measured_us"]
+            off = table[(table.kind == kind) & (table.stage == stage)]["measured_us"]
+            assert float(on.iloc[0]) - float(off.iloc[0]) == pytest.approx(synth.SWITCH[kind] * 1e6, rel=1e-6)
+
+
+def test_cli_prints_one_row_per_cell_and_refuses_a_missing_run(runs, tmp_path):
+    done = subprocess.run([sys.executable, str(SCRIPT), str(runs / "gpipe"), "--calibrate-on", str(runs / "1f1b")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| gpipe |")]
+    assert len(rows) == 4 + 2 and all(line.endswith("| x1.00 |") for line in rows)  # cells, then kinds
+    missing = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "nothing")], capture_output=True, text=True)
+    assert missing.returncode == 1
+    assert missing.stderr.count("\n") == 1 and missing.stderr.startswith("error: ")
