@@ -29,7 +29,7 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   and the roles the run lacks keep the scaled profile.
   Without a profile, the run's own per-stage costs are kept and only programs with
   the same stages can be simulated.
-- **place_factors, switch_forward / switch_backward / switch_weight / switch_input** (`compute_costs`): a stage's first
+- **place_factors, switch_forward / switch_backward** (`compute_costs`): a stage's first
   actions of a kind in a step do other work than later ones (on the CPU executor the first
   backward assigns the weight gradients that later ones add to: x0.75-0.85 at mlp 64 rows;
   the second is dearer, x1.03-1.12, and the first forward after the optimizer x1.03-1.15),
@@ -41,13 +41,6 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   place where some hold both, then c and f by alternating least squares (`fit_cells`).
   Calibrating on the stages' switching cost alone, as before, left a 1F1B run at m = 2 9.5%
   short of itself: its rank 0 repeats B, so the only switching B was the cheap first one.
-  Each kind keeps its own switch where a run identifies it (a stage holding both switching and
-  repeating actions): a ZB-H1 run's W repeats in its cool-down and saves far more than a B
-  (fidelity sweep 7, mlp 8 rows p=2, bench/repeat_costs.py: a repeated W at x0.68 of a
-  switching one in the ZB-H1 calibration run, x0.76 in ZB-H2; a repeated B in 1F1B's
-  cool-down at x0.98); I and W without one of their own
-  take B's (CostModel.switch_input, switch_weight). Several runs average each kind's switch
-  over the runs that identify it.
 - **duration_spread**: how compute actions vary around their typical cost (a makespan is a
   max over paths, so the spread makes it longer than a replay of typical costs): each
   action's duration over its typical cost (mean over steps of its cell's step mean) times its
@@ -221,13 +214,6 @@ class Calibration:
     allreduce_bandwidth: float = math.inf
     parameter_bytes: Mapping[str, Any] | None = None  # prologue, layers (list), epilogue
     place_factors: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # kind -> first places' factors
-    switch_input: float | None = None  # None: as switch_backward
-    switch_weight: float | None = None
-
-    def switch_of(self, kind: str) -> float:
-        """The switch cost of compute kind `kind` (I and W without their own take B's)."""
-        own = {"F": self.switch_forward, "I": self.switch_input, "W": self.switch_weight}.get(kind)
-        return self.switch_backward if own is None else own
 
     # ------------------------------------------------------------------ prediction
     def for_stages(self, num_stages: int) -> CostModel:
@@ -263,7 +249,8 @@ class Calibration:
         # Stage costs are switching actions' (what the run and the profile mostly hold); the
         # simulator's are repeating actions', with the switch cost added per action.
         times = {
-            k: [max(t - self.switch_of(k), 0.0) + self.dispatch_overhead for t in v]
+            k: [max(t - (self.switch_forward if k == "F" else self.switch_backward), 0.0) + self.dispatch_overhead
+                for t in v]
             for k, v in times.items()
         }
         backward = {}
@@ -292,8 +279,6 @@ class Calibration:
             step_overhead=self.step_overhead,
             switch_forward=self.switch_forward,
             switch_backward=self.switch_backward,
-            switch_input=self.switch_input,
-            switch_weight=self.switch_weight,
             place_factors={k: v for k, v in self.place_factors.items() if k in times},
             duration_spread=self.duration_spread,
             transfer_spread=self.transfer_spread,
@@ -342,11 +327,8 @@ class Calibration:
                 fixed = ", ".join(f"{role} {fit.fixed[role] * 1e3:+.3f}" for role in fit.fixed)
                 lines.append(f"  {kind}: {fit.per_layer * 1e3:.3f} ms per layer; fixed per action (ms): {fixed}; "
                              f"run/profile speed ratio {self.speed_ratio[kind]:.3f}")
-        if self.switch_input is None and self.switch_weight is None:
-            backward = f"B/I/W +{us(self.switch_backward)}"
-        else:
-            backward = ", ".join(f"{k} +{us(self.switch_of(k))}" for k in ("B", "I", "W"))
-        lines.append(f"  switch (action not repeating its rank's previous one): F +{us(self.switch_forward)}, {backward}")
+        lines.append(f"  switch (action not repeating its rank's previous one): F +{us(self.switch_forward)}, "
+                     f"B/I/W +{us(self.switch_backward)}")
         if self.place_factors:
             places = "; ".join(f"{k} " + " ".join(f"x{x:.3f}" for x in v) for k, v in self.place_factors.items() if v)
             lines.append(f"  a stage's first actions of a kind in a step (cost over the later ones'): {places}")
@@ -473,15 +455,8 @@ def _combine(calibrations: list[Calibration], runs: Sequence[MeasuredRun]) -> Ca
                             for c in calibrations for st in c.stages if kind in st]
         compute = in_run_fits(points, profiled)
     scalars = {name: mean(getattr(c, name) for c in calibrations) for name in (
-        "dispatch_overhead", "switch_forward", "send_overhead", "recv_overhead",
+        "dispatch_overhead", "switch_forward", "switch_backward", "send_overhead", "recv_overhead",
         "step_overhead", "p2p_latency", "p2p_load_latency")}
-    # B's switch from the runs that hold B (a zero-bubble run's is its I's, or 0 unidentified);
-    # I's and W's from the runs that identified them
-    with_b = [c for c in calibrations if any("B" in st for st in c.stages)] or calibrations
-    scalars["switch_backward"] = mean(c.switch_backward for c in with_b)
-    for name in ("switch_input", "switch_weight"):
-        own = [getattr(c, name) for c in calibrations if getattr(c, name) is not None]
-        scalars[name] = mean(own) if own else None
     inverse = [1.0 / c.p2p_bandwidth for c in calibrations]
     bandwidth = math.inf if not any(inverse) else 1.0 / mean(inverse)
     ratio = {k: mean(c.speed_ratio[k] for c in calibrations if k in c.speed_ratio)
@@ -554,8 +529,6 @@ def _fit_one(run: MeasuredRun) -> tuple[Calibration, tuple[np.ndarray, np.ndarra
         dispatch_overhead=dispatch,
         switch_forward=switch.get("F", 0.0),
         switch_backward=switch.get("B", switch.get("I", 0.0)),
-        switch_input=switch.get("I"),
-        switch_weight=switch.get("W"),
         send_overhead=send,
         recv_overhead=recv,
         step_overhead=step_overhead,
@@ -799,8 +772,7 @@ def fit_p2p(run: MeasuredRun, transfers: Sequence[TransferRow], law: tuple[float
 def compute_costs(run: MeasuredRun, dispatch: float) -> tuple[dict[str, list[float]], dict[str, float],
                                                                dict[str, tuple[float, ...]]]:
     """Per compute kind present: each stage's cost of a switching action at a later place,
-    what switching adds (kinds whose runs identify it: `CellFit.identified`), and the factors of a
-    stage's first places in a step (module docstring).
+    what switching adds, and the factors of a stage's first places in a step (module docstring).
 
     Cells are (stage, place class, switching): the place class is the action's place
     (schedules.analysis.places) up to `later_place` (at m = 1 there are no factors). A cell's value is the mean over
@@ -824,8 +796,7 @@ def compute_costs(run: MeasuredRun, dispatch: float) -> tuple[dict[str, list[flo
                               cells.index.get_level_values(2).to_numpy().astype(bool), cells["value"].to_numpy(),
                               cells["weight"].to_numpy()), top)
         costs[kind] = [fit.stage_cost[st] + fit.switch - dispatch if st in fit.stage_cost else 0.0 for st in range(n)]
-        if fit.identified:
-            extra[kind] = fit.switch
+        extra[kind] = fit.switch
         if top > 0:
             factors[kind] = fit.factors[:top]
     return costs, extra, factors
@@ -847,7 +818,6 @@ class CellFit:
     stage_cost: dict[int, float]  # c[stage]: a repeating action's cost at a later place
     switch: float
     factors: tuple[float, ...]  # f[place class], the last (later places) 1
-    identified: bool = True  # False: no stage held both switching and repeating actions (switch 0)
 
 
 def fit_cells(cells: Cells, top: int) -> CellFit:
@@ -901,8 +871,7 @@ def fit_cells(cells: Cells, top: int) -> CellFit:
                 f[q] = max(float(np.sum(cells.weight[here] * y[here] * scale[here]) / denominator), 0.0)
         if np.max(np.abs(f - before)) < 1e-12:
             break
-    return CellFit({int(st): float(x) for st, x in zip(stages, c)}, switch, tuple(float(x) for x in f),
-                   direct is not None or joint)
+    return CellFit({int(st): float(x) for st, x in zip(stages, c)}, switch, tuple(float(x) for x in f))
 
 
 def later_place(run: MeasuredRun) -> int:

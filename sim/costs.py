@@ -43,9 +43,8 @@ least rank time of each RECV (it ends at ``max(reached + recv_overhead, arrival)
 ``step_overhead`` is what a training step takes beyond the makespan (the barriers and
 bookkeeping around the streams): ``SimResult.step_time = makespan + step_overhead``.
 A fixed per-compute-action overhead needs no field: it is part of each stage's F/B/I/W
-cost (see sim.calibration, which fits it). ``switch_forward``, ``switch_backward``,
-``switch_input`` and ``switch_weight`` (for F, B, I and W; the last two default to
-``switch_backward``) are added to a compute action whose rank's previous
+cost (see sim.calibration, which fits it). ``switch_forward`` and ``switch_backward``
+(the latter for B, I and W) are added to a compute action whose rank's previous
 compute action was of another stage or kind, or which is its rank's first: on a CPU
 the caches then hold another working set (another stage's weights, or the forward's
 data where the backward needs gradients). Stage costs are those of an action that
@@ -166,8 +165,8 @@ class ResolvedCosts:
     stage s; `send_forward[s]`/`send_backward[s]`: transfer time across boundary s|s+1;
     `memory[s]`: activation bytes of one microbatch on stage s; `weight_memory[s]`: the
     part of it kept from I until W; `static[r]`: static bytes of rank r; `send_overhead`,
-    `recv_overhead`, `step_overhead`, `switch_forward`, `switch_backward`, `switch_input`,
-    `switch_weight`: the executor overheads of the cost model; `place_factors`: per compute kind, the factors of the first
+    `recv_overhead`, `step_overhead`, `switch_forward`, `switch_backward`: the executor
+    overheads of the cost model; `place_factors`: per compute kind, the factors of the first
     actions of a stage in a step; `spread`, `transfer_spread`, `rank_spread`, `draws`:
     duration_spread, transfer_spread, rank_spread and spread_draws.
     """
@@ -187,8 +186,6 @@ class ResolvedCosts:
     step_overhead: int = 0
     switch_forward: int = 0
     switch_backward: int = 0
-    switch_input: int = 0
-    switch_weight: int = 0
     place_factors: tuple[tuple[Kind, tuple[float, ...]], ...] = ()
     spread: tuple[float, ...] = ()
     transfer_spread: tuple[float, ...] = ()
@@ -217,9 +214,8 @@ class CostModel:
     p2p_load_latency (seconds a transfer takes longer per rank computing meanwhile, default 0).
     Executor overheads (seconds, default 0): send_overhead (rank time per SEND),
     recv_overhead (least rank time per RECV), step_overhead (step time minus makespan),
-    switch_forward / switch_backward / switch_input / switch_weight (added to an F / B / I / W
-    that does not repeat its rank's previous compute action's stage and kind; switch_input and
-    switch_weight default to None: switch_backward); place_factors (kind name -> factors
+    switch_forward / switch_backward (added to an F / a B, I or W that does not repeat
+    its rank's previous compute action's stage and kind); place_factors (kind name -> factors
     of the first actions of a stage and kind in a step, module docstring).
     Spread (module docstring): duration_spread, transfer_spread and rank_spread (relative
     factors of compute times, transfer times and a rank's compute in a step; default none)
@@ -249,8 +245,6 @@ class CostModel:
     step_overhead: float = 0.0
     switch_forward: float = 0.0
     switch_backward: float = 0.0
-    switch_input: float | None = None
-    switch_weight: float | None = None
     place_factors: Mapping[str, Sequence[float]] | tuple = ()
     duration_spread: Sequence[float] = ()
     transfer_spread: Sequence[float] = ()
@@ -272,9 +266,6 @@ class CostModel:
         for name in ("p2p_latency", "p2p_load_latency", "send_overhead", "recv_overhead", "step_overhead",
                      "switch_forward", "switch_backward"):
             object.__setattr__(self, name, _number(name, getattr(self, name)))
-        for name in ("switch_input", "switch_weight"):
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, _number(name, getattr(self, name)))
         bandwidth = self.p2p_bandwidth
         if isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float)) or not bandwidth > 0:
             raise CostError(f"p2p_bandwidth must be a number > 0 (bytes/s), got {bandwidth!r}")
@@ -332,8 +323,7 @@ class CostModel:
 
         return replace(self, forward=times(self.forward), backward_input=times(self.backward_input),
                        backward_weight=times(self.backward_weight), backward_full=times(self.backward_full),
-                       switch_forward=self.switch_forward * factor, switch_backward=self.switch_backward * factor,
-                       switch_input=times(self.switch_input), switch_weight=times(self.switch_weight))
+                       switch_forward=self.switch_forward * factor, switch_backward=self.switch_backward * factor)
 
     def describe(self) -> str:
         """One line naming the compute (and transfer) costs, for figure titles."""
@@ -392,8 +382,6 @@ class CostModel:
             step_overhead=round(self.step_overhead * NS_PER_S),
             switch_forward=round(self.switch_forward * NS_PER_S),
             switch_backward=round(self.switch_backward * NS_PER_S),
-            switch_input=round(self.backward_switch("I") * NS_PER_S),
-            switch_weight=round(self.backward_switch("W") * NS_PER_S),
             place_factors=tuple((Kind(k), v) for k, v in self.place_factors),
             spread=self.duration_spread,
             transfer_spread=self.transfer_spread,
@@ -405,11 +393,6 @@ class CostModel:
                 self.allreduce_ns(b) for b in _per_stage("grad_reduce_bytes", self.grad_reduce_bytes, n, v)
             ),
         )
-
-    def backward_switch(self, kind: str) -> float:
-        """The switch cost (seconds) of a backward kind: "B", "I" or "W" (I and W default to B's)."""
-        own = {"I": self.switch_input, "W": self.switch_weight}.get(kind)
-        return self.switch_backward if own is None else own
 
     def allreduce_ns(self, num_bytes: float) -> int:
         """Nanoseconds of one ring all-reduce of `num_bytes` over `data_parallel` ranks."""

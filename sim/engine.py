@@ -17,8 +17,8 @@ Semantics (times are integer nanoseconds, so results are exact and deterministic
 - executor overheads (0 by default): a SEND occupies its rank for ``send_overhead``
   after putting the tensor on the link, a RECV ends no earlier than ``recv_overhead``
   after the rank reached it, and a compute action that does not repeat the stage and
-  kind of its rank's previous compute action costs ``switch_forward`` (F),
-  ``switch_backward`` (B), ``switch_input`` (I) or ``switch_weight`` (W) more; the first actions of a stage and kind in a step
+  kind of its rank's previous compute action costs ``switch_forward`` (F) or
+  ``switch_backward`` (B, I, W) more; the first actions of a stage and kind in a step
   (schedules.analysis.places) cost their stage cost times their ``place_factors``.
 
 With ``cores`` (sim.costs; one host's CPU executor running more ranks than it has cores) the
@@ -131,8 +131,8 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
     columns = {
         Kind.F: (costs.forward, costs.switch_forward, costs.memory, zero),
         Kind.B: (costs.backward, costs.switch_backward, zero, costs.memory),
-        Kind.I: (costs.input, costs.switch_input, zero, [m - k for m, k in zip(costs.memory, kept)]),
-        Kind.W: (costs.weight, costs.switch_weight, zero, kept),
+        Kind.I: (costs.input, costs.switch_backward, zero, [m - k for m, k in zip(costs.memory, kept)]),
+        Kind.W: (costs.weight, costs.switch_backward, zero, kept),
     }
     compute = {kind: table(*column) for kind, column in columns.items()}
     placed = dict(costs.place_factors)  # kind -> factors of a stage's first actions of that kind in a step

@@ -32,7 +32,7 @@ from schedules import ScheduleError
 from schedules.timeline import TIMELINE_COLUMNS
 from sim import CostError, CostModel, simulate
 from schedules.stages import balanced_layers, role_of
-from sim.calibration import Calibration, calibrate, calibrate_runs
+from sim.calibration import Calibration, calibrate
 from sim.transfers import transfer_rows, transfer_time
 from sim.__main__ import main
 from sim.comparison import compare_run
@@ -45,18 +45,13 @@ ROWS = 16
 MODEL = {"model": "mlp", "layers": LAYERS, "hidden": 64, "seed": 0}
 BOUNDARY = 512 * 1024  # bytes per microbatch across a boundary
 # The machine: whole nanoseconds, so that every simulated time is exact.
-PER_LAYER = {"F": 2_000_000 * NS, "B": 4_100_000 * NS, "I": 2_200_000 * NS, "W": 1_900_000 * NS}
+PER_LAYER = {"F": 2_000_000 * NS, "B": 4_100_000 * NS}
 FIXED = {
     "F": {"first": 300_000 * NS, "middle": 100_000 * NS, "last": 700_000 * NS},
     "B": {"first": 200_000 * NS, "middle": 150_000 * NS, "last": 900_000 * NS},
-    # split backward (zero-bubble runs): I and W
-    "I": {"first": 100_000 * NS, "middle": 120_000 * NS, "last": 600_000 * NS},
-    "W": {"first": 100_000 * NS, "middle": 80_000 * NS, "last": 300_000 * NS},
 }
 DISPATCH = 5_000 * NS  # the executor's gap after each compute action
-# extra for an action not repeating the previous one; W's its own (a zero-bubble run's cool-down
-# repeats W), I's as B's (I never repeats in the runs here, so no run could tell them apart)
-SWITCH = {"F": 120_000 * NS, "B": 250_000 * NS, "I": 250_000 * NS, "W": 700_000 * NS}
+SWITCH = {"F": 120_000 * NS, "B": 250_000 * NS}  # extra for an action not repeating the previous one
 SEND = 200_000 * NS
 RECV = 30_000 * NS
 STEP = 500_000 * NS
@@ -76,16 +71,13 @@ CORES = None  # processors the machine's ranks share (None: one each, unless a t
 LOAD = 0.0  # what a transfer takes longer per rank computing meanwhile (none unless a test sets it)
 
 
-def true_costs(num_stages: int, split: bool = False) -> CostModel:
-    """The machine's cost model for a balanced cut of the model into `num_stages` stages (`split`:
-    the backward as I and W, for zero-bubble programs)."""
+def true_costs(num_stages: int) -> CostModel:
+    """The machine's cost model for a balanced cut of the model into `num_stages` stages."""
     roles = [role_of(s, num_stages) for s in range(num_stages)]
     counts = [b - a for a, b in balanced_layers(LAYERS, num_stages)]
-    per = {k: [stage_value(FIXED, k, r, n) + DISPATCH for r, n in zip(roles, counts)] for k in FIXED}
-    backward = ({"backward_input": per["I"], "backward_weight": per["W"], "switch_input": SWITCH["I"],
-                 "switch_weight": SWITCH["W"]} if split else {"backward_full": per["B"]})
+    per = {k: [stage_value(FIXED, k, r, n) + DISPATCH for r, n in zip(roles, counts)] for k in ("F", "B")}
     return CostModel(
-        forward=per["F"], **backward, p2p_latency=LATENCY, p2p_bandwidth=BANDWIDTH,
+        forward=per["F"], backward_full=per["B"], p2p_latency=LATENCY, p2p_bandwidth=BANDWIDTH,
         p2p_activation_bytes=BOUNDARY, activation_memory=[ACT_FIXED[r] + n * ACT_PER_LAYER for r, n in zip(roles, counts)],
         send_overhead=SEND, recv_overhead=RECV, step_overhead=STEP,
         switch_forward=SWITCH["F"], switch_backward=SWITCH["B"], place_factors=PLACES, cores=CORES,
@@ -94,23 +86,19 @@ def true_costs(num_stages: int, split: bool = False) -> CostModel:
 
 
 def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profile: bool = False,
-              profile_slowdown: float = 1.0, skew: tuple[float, ...] = (), split: bool = False) -> float:
+              profile_slowdown: float = 1.0, skew: tuple[float, ...] = ()) -> float:
     """A synthetic run directory of `name` at p=2; returns its (true) step time.
 
     `profile_slowdown` multiplies the profile's stage-call times (the profile runs outside the
     steps, e.g. on a machine busy otherwise); `skew[k]` is added to rank 1's times in step k
-    (its clock, started at its own barrier exit, is that much behind rank 0's); `split`: the
-    machine prices a zero-bubble program's I and W on their own (FIXED["I"], FIXED["W"], their
-    switches) instead of splitting B as CostModel does by default."""
+    (its clock, started at its own barrier exit, is that much behind rank 0's)."""
     schedule = schedules.build(name, ranks=2, microbatches=m, chunks=chunks)
     program = schedules.lower(schedule)
     n = schedule.num_stages
-    kinds = ("F", "I", "W") if any(a.kind.value == "I" for stream in program.streams for a in stream) else ("F", "B")
-    split = split and "I" in kinds
-    result = simulate(program, true_costs(n, split) if split else true_costs(n))
+    result = simulate(program, true_costs(n))
     path.mkdir(parents=True)
     one = result.timeline.copy()
-    compute = one["kind"].isin(kinds)
+    compute = one["kind"].isin(["F", "B"])
     one.loc[compute, "end"] -= DISPATCH  # the row ends before the executor's loop gap
     one["source"] = "measured"
     timeline = [one.assign(step=k) for k in range(steps)]
@@ -144,16 +132,16 @@ def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profil
     if profile:
         records = [
             {"rank": rank, "role": role, "layers": k,
-             # The profile alternates F and B (or I and W) of one stage: every call switches.
+             # The profile alternates F and B of one stage: every call switches.
              **{kind: [(stage_value(FIXED, kind, role, k) + SWITCH[kind]) * profile_slowdown] * 3
-                for kind in (kinds if split else ("F", "B"))},
+                for kind in ("F", "B")},
              "activation_bytes": ACT_FIXED[role] + k * ACT_PER_LAYER}
             for rank in (0, 1) for role in ("first", "middle", "last") for k in (1, 2, 4)
         ]
         sizes = (4, 65536, 1 << 20, 4 << 20)
         p2p = {str(size): [PINGPONG_LATENCY + size / BANDWIDTH] * 5 for size in sizes}
         (path / "profile.json").write_text(json.dumps({
-            "layers": {"rows": ROWS, "repeats": 3, "warmup": 1, "split": split, "records": records},
+            "layers": {"rows": ROWS, "repeats": 3, "warmup": 1, "split": False, "records": records},
             "p2p": {"repeats": 5, "warmup": 1, "one_way_seconds": p2p},
         }))
     return step_time
@@ -634,43 +622,3 @@ def test_compute_level_of_a_run_on_a_slower_machine(calibration_run, tmp_path, m
     quality = quality_of(calibration, [run, slower])
     assert [e["compute_level"] for e in quality["runs"]] == pytest.approx([1.0, 1.25], rel=1e-9)
     assert any("x1.000 to x1.250 of the fitted costs" in w for w in quality["warnings"])
-
-
-def test_each_backward_kind_keeps_the_switch_its_runs_identify(calibration_run, tmp_path):
-    """A ZB-H1 run repeats W in its cool-down: its W switch (SWITCH["W"], not B's) comes back
-    exactly, and calibrated together with a 1F1B run, B keeps the 1F1B run's switch (the ZB-H1
-    run holds no B to say otherwise) and W the ZB-H1 run's. The pair then predicts ZB-H2 and
-    ZBV (W repeated at every length) exactly; with one backward switch for B, I and W, as
-    before, the same pair mispriced every repeated W by the difference."""
-    truth_zb = write_run(tmp_path / "zb-h1", "zb-h1", 6, profile=True, split=True)
-    zb = read_measured(tmp_path / "zb-h1")
-    own = calibrate(zb)
-    assert own.switch_weight == pytest.approx(SWITCH["W"], abs=1e-12)
-    assert simulate(zb.program, own.for_run(zb)).step_time == pytest.approx(truth_zb, rel=1e-12)
-    both = calibrate_runs([read_measured(calibration_run), zb])
-    assert (both.switch_forward, both.switch_backward, both.switch_weight) == pytest.approx(
-        (SWITCH["F"], SWITCH["B"], SWITCH["W"]), abs=1e-12)
-    assert "W +700.0 us" in both.report()
-    for name, m in (("zb-h2", 8), ("zbv", 6)):
-        truth = write_run(tmp_path / name, name, m, split=True)
-        run = read_measured(tmp_path / name)
-        assert simulate(run.program, both.for_run(run)).step_time == pytest.approx(truth, rel=1e-12)
-    old = dataclasses.replace(both, switch_weight=None, switch_input=None)  # one switch for B, I and W
-    run = read_measured(tmp_path / "zb-h2")
-    assert simulate(run.program, old.for_run(run)).step_time > truth_zb  # sanity: a longer program
-    assert simulate(run.program, old.for_run(run)).step_time != pytest.approx(
-        simulate(run.program, both.for_run(run)).step_time, rel=1e-3)
-
-
-def test_a_calibration_without_its_own_backward_switches_reads_as_before(calibration_run, tmp_path):
-    """JSON written before switch_input / switch_weight existed loads with both None: I and W
-    take B's switch, as they did."""
-    c = calibrate(read_measured(calibration_run))
-    data = c.to_dict()
-    for key in ("switch_input", "switch_weight"):
-        data.pop(key)
-    back = Calibration.from_dict(data)
-    assert (back.switch_input, back.switch_weight) == (None, None)
-    assert back.switch_of("W") == back.switch_of("I") == back.switch_backward
-    model = back.cost_model(2)
-    assert model.backward_switch("W") == model.switch_backward

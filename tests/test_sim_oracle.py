@@ -8,8 +8,7 @@ memory table, busy time, makespan and bubble ratio. Cases: random valid schedule
 placements (V-like adjacent stages on one rank included) with random split backward, and every
 registered schedule at random sizes, all with random heterogeneous per-stage costs and random
 executor overheads (rank time per SEND and per RECV, the step overhead added to the makespan, and
-the cost of a compute action that does not repeat its rank's previous one, per kind: I and W with
-switches of their own or B's).
+the cost of a compute action that does not repeat its rank's previous one).
 
 Link contention (one transfer at a time per directed link, in issue order) is one more kind of
 edge in the same graph, so the oracle checks it too, on a further set of random cases.
@@ -112,8 +111,6 @@ def random_costs(rng: random.Random, schedule: Schedule, contention: bool = Fals
         step_overhead=rng.randint(0, 50) * 1e-6,
         switch_forward=rng.choice([0, rng.randint(1, 9)]) * 1e-6,
         switch_backward=rng.choice([0, rng.randint(1, 9)]) * 1e-6,
-        switch_input=rng.choice([None, 0, rng.randint(1, 9) * 1e-6]),
-        switch_weight=rng.choice([None, 0, rng.randint(1, 9) * 1e-6]),
         place_factors={k: [rng.choice([0.5, 0.75, 1.0, 1.3, 2.0]) for _ in range(rng.randint(0, 3))]
                        for k in rng.sample(["F", "B", "I", "W"], rng.randint(0, 4))},
     )
@@ -143,10 +140,7 @@ def own_time(costs: CostModel, action: Action, previous: Action | None, factor: 
     SEND/RECV overhead."""
     if action.kind.is_compute:
         repeats = previous is not None and (previous.stage, previous.kind) == (action.stage, action.kind)
-        own_switch = {Kind.F: costs.switch_forward, Kind.I: costs.switch_input, Kind.W: costs.switch_weight}
-        switch = own_switch.get(action.kind)
-        if switch is None:  # B, and I or W without a switch of their own
-            switch = costs.switch_backward
+        switch = costs.switch_forward if action.kind is Kind.F else costs.switch_backward
         base = durations(costs, action)
         placed = dict(costs.place_factors).get(action.kind.value, ())
         if earlier < len(placed):
