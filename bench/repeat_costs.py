@@ -71,6 +71,10 @@ def main() -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     table = pd.concat(tables, ignore_index=True)
+    if table.empty:
+        print(f"error: no run holds compute actions at place {FIRST_LATER_PLACE} or later (m >= 3 needed)",
+              file=sys.stderr)
+        return 1
     print("| run | kind | stage | run length | actions | measured us | modelled us | measured / modelled |")
     print("|---|---|---:|---|---:|---:|---:|---:|")
     for r in table.itertuples():

@@ -76,3 +76,6 @@ def test_cli_prints_one_row_per_cell_and_refuses_a_missing_run(runs, tmp_path):
     missing = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "nothing")], capture_output=True, text=True)
     assert missing.returncode == 1
     assert missing.stderr.count("\n") == 1 and missing.stderr.startswith("error: ")
+    write_run(tmp_path / "short", "gpipe", 2, profile=True)  # places 0 and 1 only
+    short = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "short")], capture_output=True, text=True)
+    assert short.returncode == 1 and short.stderr.count("\n") == 1 and "m >= 3" in short.stderr
