@@ -6,12 +6,11 @@ A shape group is (model, rows per microbatch, p). Each group's runs hold the loc
 /work/wt/cpu.lock (fcntl, as ``flock`` does) from the first to the last, so that other users'
 locked runs of the shared machine do not land between them:
 
-1. in each round (below), four calibration runs with ``--profile-layers --profile-p2p`` at m = 2p: 1F1B (F and B),
-   ZB-H1 (F, I and W), interleaved with 2 chunks (stages of half the size) and GPipe (runs of repeats longer than
-   two, which tell the second action in a row from the third: sim.calibration), calibrated: 1F1B alone
-   (``1f1b``), with ZB-H1 (``1f1b+zb-h1``, `sim.calibration.calibrate_runs`), the first three (``three``: in-run
-   costs at two stage sizes), all four (``four``), and after the last round every round's four together
-   (``pooled``: twelve runs, so that one run's luck averages out, as ``sim calibrate A B C`` does);
+1. in each round (below), three calibration runs with ``--profile-layers --profile-p2p`` at m = 2p: 1F1B (F and B),
+   ZB-H1 (F, I and W) and interleaved with 2 chunks (stages of half the size), calibrated: 1F1B alone (``1f1b``),
+   with ZB-H1 (``1f1b+zb-h1``, `sim.calibration.calibrate_runs`), all three (``three``: in-run costs at two
+   stage sizes), and after the last round every round's three together (``pooled``: nine runs, so that one
+   run's luck averages out, as ``sim calibrate A B C`` does);
    each calibration's self-replay error (`sim.quality.assess`) and the run's step-time spread
    come from its quality report. The group's **noise floor** is the MAPE of predicting each
    round's 1F1B calibration run from another round's 1F1B calibration: the same program on the
@@ -24,8 +23,8 @@ locked runs of the shared machine do not land between them:
    cores there, which the p = 2 calibration has not seen: the prediction shares the run's
    recorded cores among its ranks, `CostModel.cores`).
 
-The ``four`` and ``pooled`` predictions are also made at each held-out run's own compute level
-(``four@level``, ``pooled@level``; ``level_*`` in results.csv: the run's compute per step,
+The ``three`` and ``pooled`` predictions are also made at each held-out run's own compute level
+(``three@level``, ``pooled@level``; ``level_*`` in results.csv: the run's compute per step,
 each action on a core of its own, over the calibration's, `sim.comparison`): the error left
 there is the model's miss in how actions overlap, wait and spread, the rest a machine that
 computed faster or slower than at calibration, or actions the costs price wrongly.
@@ -81,16 +80,15 @@ GROUPS = [("mlp", 8, 2), ("mlp", 256, 2), ("mlp", 2, 2), ("mlp", 64, 2), ("gpt",
           ("mlp", 8, 4), ("mlp", 256, 4), ("gpt", 8, 4)]
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "dualpipev")
 CHUNKS = {"interleaved": 2}
-# A 1F1B run (F, B), a ZB-H1 run (F, I, W), an interleaved run (stages of half the size, two per
-# rank) and a GPipe run (repeats of three and more): the first three together give in-run costs at two
-# stage sizes, GPipe beside them the cost of a second action in a row (sim.calibration, several runs).
-CALIBRATION_SCHEDULES = ("1f1b", "zb-h1", "interleaved", "gpipe")
+# A 1F1B run (F, B), a ZB-H1 run (F, I, W) and an interleaved run (stages of half the size, two
+# per rank): the three together give in-run costs at two stage sizes (sim.calibration, several runs).
+CALIBRATION_SCHEDULES = ("1f1b", "zb-h1", "interleaved")
 LOCK = "/work/wt/cpu.lock"
 # Calibrations whose predictions are also made at each held-out run's own compute level
 # (`sim.comparison`: the costs scaled so that the program's compute is what the run measured),
 # which separates a change of the machine's speed, or a mispriced action, from the model's
 # miss in how actions overlap, wait and spread.
-AT_LEVEL = ("four", "pooled")
+AT_LEVEL = ("three", "pooled")
 
 
 def group_name(model: str, rows: int, p: int) -> str:
@@ -210,22 +208,21 @@ def main() -> int:
             cal_runs = {s: read_measured(run_case(base / f"calibrate-{s}{suffix}", model, rows, p, s, 2 * p,
                                                   args.calibration_steps, args.warmup, True, args.reuse))
                         for s in CALIBRATION_SCHEDULES}
-            own = [cal_runs[s] for s in CALIBRATION_SCHEDULES]
-            own_runs.append(own)
-            rounds.append({"1f1b": assess(calibrate(own[0]), own[:1]),
-                           "1f1b+zb-h1": assess(calibrate_runs(own[:2]), own[:2]),
-                           "three": assess(calibrate_runs(own[:3]), own[:3]),
-                           "four": assess(calibrate_runs(own), own)})
+            trio = [cal_runs[s] for s in CALIBRATION_SCHEDULES]
+            own_runs.append(trio)
+            rounds.append({"1f1b": assess(calibrate(trio[0]), trio[:1]),
+                           "1f1b+zb-h1": assess(calibrate_runs(trio[:2]), trio[:2]),
+                           "three": assess(calibrate_runs(trio), trio)})
             for schedule, m in cases:
                 measured[(schedule, m)].append(read_measured(run_case(
                     base / f"{schedule}-m{m}{suffix}", model, rows, p, schedule, m, args.steps, args.warmup, False,
                     args.reuse)))
         lock.close()  # releases the lock
-        every = [r for own in own_runs for r in own]
+        every = [r for trio in own_runs for r in trio]
         pooled = assess(calibrate_runs(every), every)
         for calibrations in rounds:
             calibrations["pooled"] = pooled
-        floor = noise_floor([c["1f1b"] for c in rounds], [own[0] for own in own_runs])
+        floor = noise_floor([c["1f1b"] for c in rounds], [trio[0] for trio in own_runs])
         floors[name] = floor
         print(f"  noise floor (another round's 1F1B run predicted from this one's): MAPE {100 * floor:.1f}%",
               file=sys.stderr, flush=True)

@@ -3,15 +3,14 @@
     python bench/repeat_costs.py RUN_DIR [RUN_DIR ...] [--calibrate-on RUN_DIR ...]
 
 The simulator charges a compute action its stage's cost plus a switch cost when its rank's
-previous compute action had another stage or kind and a second cost when it is the second in a
-row of its stage and kind (sim.costs); the third action of a run costs what the hundredth does.
-This prints, per run, kind and stage, the
+previous compute action had another stage or kind (sim.costs), so the second action of a run
+of repeats already costs what the hundredth does. This prints, per run, kind and stage, the
 in-run mean duration of the actions at place 2 or later (the third action of its stage and kind
 in the step on, so that the first actions' own factors stay out) by **run length**: 1 (the
 action switches), 2 (the second in a row) and 3 or more, each beside what the calibration of the
 run itself charges for it (`sim.calibration.calibrate`: the stage's cost, plus the switch for
-run length 1, the second for 2). A 1F1B, ZB-H1 or interleaved run at m = 2p has runs of length 1
-and 2 only (a calibration on them alone fits no second); a GPipe run has long ones. README's "Repeated actions" quotes these numbers.
+run length 1). A 1F1B, ZB-H1 or interleaved run at m = 2p has runs of length 1 and 2 only; a GPipe run
+has long ones. README's "Repeated actions" quotes these numbers.
 """
 
 from __future__ import annotations
@@ -50,10 +49,9 @@ def repeat_table(path: str, calibration: Calibration | None) -> pd.DataFrame:
     dispatch = calibration.dispatch_overhead
     rows = []
     for (kind, stage, length), cell in frame.groupby(["kind", "stage", "length"]):
-        extra = {1: costs.switch_forward if kind == "F" else costs.switch_backward,
-                 2: costs.second_forward if kind == "F" else costs.second_backward}.get(length, 0)
+        switch = costs.switch_forward if kind == "F" else costs.switch_backward
         # ns; the simulated action holds the loop's dispatch gap, which the measured row leaves out
-        modelled = (per_kind[kind][stage] + extra) / 1e9 - dispatch
+        modelled = (per_kind[kind][stage] + (switch if length == 1 else 0)) / 1e9 - dispatch
         rows.append({"run": Path(path).name, "kind": kind, "stage": int(stage),
                      "length": "3+" if length == 3 else str(length), "actions": len(cell),
                      "measured_us": 1e6 * float(cell["duration"].mean()), "modelled_us": 1e6 * modelled})

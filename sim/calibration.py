@@ -29,26 +29,18 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   and the roles the run lacks keep the scaled profile.
   Without a profile, the run's own per-stage costs are kept and only programs with
   the same stages can be simulated.
-- **place_factors, switch_forward / switch_backward, second_forward / second_backward**
-  (`compute_costs`): a stage's first actions of a kind in a step do other work than later ones
-  (on the CPU executor the first backward assigns the weight gradients that later ones add to:
-  x0.75-0.85 at mlp 64 rows; the second is dearer, x1.03-1.12, and the first forward after the
-  optimizer x1.03-1.15), an action whose rank's previous compute action had another stage or
-  kind (schedules.analysis.switches) finds other data in the caches, and the caches warm over
-  more than one repeat: GPipe's second F of a phase cost x1.18 of its third and later at mlp 8
-  rows, p=2, where 1F1B's switching F cost x1.49 (bench/repeat_costs.py). Per kind, over cells
-  of (run, stage, place class, run class: run length 1, 2 or 3 and more), each valued at the
-  mean over steps of its actions' step mean: value = c[run, stage] x f[place class] + switch x
-  (run length 1) + second x (run length 2), f = 1 from place min(PLACES, m - 1) on; every run's
-  stages have their own c (runs minutes apart compute at different speeds), f, switch and
-  second are shared. Extras from cells of the same stage and place that differ only in run
-  class where they determine them, then c and f by alternating least squares (`fit_cells`).
-  The second needs repeats of three or more (a GPipe run) beside seconds in a row at a place
-  where other runs switch: a 1F1B, ZB-H1 or interleaved run at m = 2p repeats at most twice
-  (there it is 0, and c the second's cost), and in a GPipe run alone the k-th action of a phase
-  is both place k - 1 and run length k. Calibrating on the stages' switching cost alone, as
-  before, left a 1F1B run at m = 2 9.5% short of itself: its rank 0 repeats B, so the only
-  switching B was the cheap first one.
+- **place_factors, switch_forward / switch_backward** (`compute_costs`): a stage's first
+  actions of a kind in a step do other work than later ones (on the CPU executor the first
+  backward assigns the weight gradients that later ones add to: x0.75-0.85 at mlp 64 rows;
+  the second is dearer, x1.03-1.12, and the first forward after the optimizer x1.03-1.15),
+  and an action whose rank's previous compute action had another stage or kind
+  (schedules.analysis.switches) finds other data in the caches. Per kind, over cells of
+  (stage, place class, switching), each valued at the mean over steps of its actions' step
+  mean: value = c[stage] x f[place class] + switch x switching, f = 1 from place
+  min(PLACES, m - 1) on; the switch from switching and repeating cells of the same stage and
+  place where some hold both, then c and f by alternating least squares (`fit_cells`).
+  Calibrating on the stages' switching cost alone, as before, left a 1F1B run at m = 2 9.5%
+  short of itself: its rank 0 repeats B, so the only switching B was the cheap first one.
 - **duration_spread**: how compute actions vary around their typical cost (a makespan is a
   max over paths, so the spread makes it longer than a replay of typical costs): each
   action's duration over its typical cost (mean over steps of its cell's step mean) times its
@@ -123,9 +115,8 @@ every run whose error or spread exceeds sim.quality.QUALITY_LIMIT, and runs whos
 further apart than it, so that a user can tell a model miss (error beyond the spread) from a
 noisy machine (spread as large as the error, or runs at different levels).
 
-**Several runs** (`calibrate_runs`, same model and microbatch size): the compute cells are
-fitted together (above), the rest of each run alone, then every scalar parameter is the mean
-over the runs, the spread's quantiles are
+**Several runs** (`calibrate_runs`, same model and microbatch size): each run is fitted
+alone, then every scalar parameter is the mean over the runs, the spread's quantiles are
 those of all runs' residuals together, and the quality is reported for each run. Compute
 (`in_run_fits`), per kind (a kind from the runs that have it, so that a 1F1B run and a
 zero-bubble run together give B as well as I and W): where the runs' own stages come in two
@@ -156,7 +147,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from schedules.analysis import places, run_lengths, switches
+from schedules.analysis import places, switches
 from schedules.ir import COMPUTE_NAMES, RECV_NAMES, SEND_NAMES, Kind
 from schedules.posting import PostAhead, post_positions
 from schedules.stages import ROLES, balanced_layers, role_of
@@ -167,7 +158,7 @@ from .transfers import (TransferRow, early_receive_times, transfer_fit, transfer
                         transfer_time)
 
 FORMAT = "bubblescope-calibration"
-VERSION = 5
+VERSION = 4
 PLACES = 2  # a stage's first actions of a kind in a step that get their own factor
 RECV_QUANTILE = 0.10
 SPREAD_QUANTILES = 32
@@ -207,8 +198,6 @@ class Calibration:
     dispatch_overhead: float
     switch_forward: float
     switch_backward: float
-    second_forward: float
-    second_backward: float
     send_overhead: float
     recv_overhead: float
     step_overhead: float
@@ -290,8 +279,6 @@ class Calibration:
             step_overhead=self.step_overhead,
             switch_forward=self.switch_forward,
             switch_backward=self.switch_backward,
-            second_forward=self.second_forward,
-            second_backward=self.second_backward,
             place_factors={k: v for k, v in self.place_factors.items() if k in times},
             duration_spread=self.duration_spread,
             transfer_spread=self.transfer_spread,
@@ -341,8 +328,7 @@ class Calibration:
                 lines.append(f"  {kind}: {fit.per_layer * 1e3:.3f} ms per layer; fixed per action (ms): {fixed}; "
                              f"run/profile speed ratio {self.speed_ratio[kind]:.3f}")
         lines.append(f"  switch (action not repeating its rank's previous one): F +{us(self.switch_forward)}, "
-                     f"B/I/W +{us(self.switch_backward)}; second in a row: F +{us(self.second_forward)}, "
-                     f"B/I/W +{us(self.second_backward)}")
+                     f"B/I/W +{us(self.switch_backward)}")
         if self.place_factors:
             places = "; ".join(f"{k} " + " ".join(f"x{x:.3f}" for x in v) for k, v in self.place_factors.items() if v)
             lines.append(f"  a stage's first actions of a kind in a step (cost over the later ones'): {places}")
@@ -435,17 +421,14 @@ def calibrate_runs(runs: Sequence[MeasuredRun]) -> Calibration:
     docstring); sim.quality.assess adds the quality of its replay of each."""
     if not runs:
         raise CostError("calibrate needs at least one run")
-    first = runs[0]
-    for run in runs[1:]:
-        if model_of(run) != model_of(first) or run.rows != first.rows:
-            raise CostError(f"{run.path} runs model {model_of(run)} at {run.rows} rows per microbatch, but "
-                            f"{first.path} runs {model_of(first)} at {first.rows}: calibrate them separately")
-        if (layer_profile(run) is None) != (layer_profile(first) is None):
-            raise CostError(f"{run.path} and {first.path}: either all runs have a profile.json or none")
-    overheads = [run_overheads(run) for run in runs]
-    compute = compute_costs(runs, [o.dispatch for o in overheads])
-    fitted = [_fit_one(run, o, compute, k) for k, (run, o) in enumerate(zip(runs, overheads))]
+    fitted = [_fit_one(run) for run in runs]
     first = fitted[0][0]
+    for run, (c, _) in zip(runs[1:], fitted[1:]):
+        if dict(c.model) != dict(first.model) or c.rows != first.rows:
+            raise CostError(f"{run.path} runs model {dict(c.model)} at {c.rows} rows per microbatch, but "
+                            f"{runs[0].path} runs {dict(first.model)} at {first.rows}: calibrate them separately")
+        if (c.compute is None) != (first.compute is None):
+            raise CostError(f"{run.path} and {runs[0].path}: either all runs have a profile.json or none")
     calibration = first if len(fitted) == 1 else _combine([c for c, _ in fitted], runs)
     pooled = [np.concatenate([r[j] for _, r in fitted]) for j in (0, 1, 2)]
     calibration = replace(calibration, duration_spread=spread_quantiles(pooled[0]),
@@ -472,7 +455,7 @@ def _combine(calibrations: list[Calibration], runs: Sequence[MeasuredRun]) -> Ca
                             for c in calibrations for st in c.stages if kind in st]
         compute = in_run_fits(points, profiled)
     scalars = {name: mean(getattr(c, name) for c in calibrations) for name in (
-        "dispatch_overhead", "switch_forward", "switch_backward", "second_forward", "second_backward", "send_overhead", "recv_overhead",
+        "dispatch_overhead", "switch_forward", "switch_backward", "send_overhead", "recv_overhead",
         "step_overhead", "p2p_latency", "p2p_load_latency")}
     inverse = [1.0 / c.p2p_bandwidth for c in calibrations]
     bandwidth = math.inf if not any(inverse) else 1.0 / mean(inverse)
@@ -501,54 +484,21 @@ def quality_lines(quality: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def model_of(run: MeasuredRun) -> dict[str, Any]:
-    """The run's model as a calibration records it (the batch size is m x rows, not the model's)."""
-    return {k: v for k, v in run.model.items() if k != "batch_size"}
-
-
-def layer_profile(run: MeasuredRun) -> Mapping[str, Any] | None:
-    """The run's per-layer profile (profile.json's ``layers``), or None."""
-    return (run.profile or {}).get("layers")
-
-
-@dataclass(frozen=True)
-class RunOverheads:
-    """A run's clock-aligned transfers, their law and its executor overheads (`run_overheads`)."""
-    transfers: Sequence[TransferRow]
-    law: tuple[float, float] | None  # (idle, load) of the transfer law, None if no receiver waited
-    dispatch: float
-    send: float
-    recv: float
-
-
-def backward_extra(extras: Mapping[str, float]) -> float:
-    """The one extra the simulator adds to B, I and W (sim.costs): the mean of B's (1F1B-type runs)
-    and I's (zero-bubble runs) where the runs hold both, as the mean of one calibration per run
-    would give; W's, fitted from the few W that repeat, is left out (a W of its own was tried and
-    not adopted: README, sweep 7)."""
-    present = [extras[k] for k in ("B", "I") if k in extras]
-    return float(np.mean(present)) if present else 0.0
-
-
-def run_overheads(run: MeasuredRun) -> RunOverheads:
-    """Transfers aligned once (the overheads, latency and spread all read them; the load term only
-    where ranks share cores, module docstring), their law and the executor overheads."""
-    transfers = transfer_rows(run, loads=shared_cores(run) is not None)
-    law = transfer_fit(transfers)
-    return RunOverheads(transfers, law, *executor_overheads(run, transfers, law))
-
-
-def _fit_one(run: MeasuredRun, overheads: RunOverheads, costs: ComputeCosts,
-             index: int) -> tuple[Calibration, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Every parameter of run number `index` of `costs` (`compute_costs`, fitted over the runs
-    together), and the run's compute, transfer and rank spread residuals (no quality yet)."""
+def _fit_one(run: MeasuredRun) -> tuple[Calibration, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Every parameter fitted from one run, and the run's compute, transfer and rank spread
+    residuals (no quality yet)."""
     schedule = run.program.schedule
-    transfers, law, dispatch = overheads.transfers, overheads.law, overheads.dispatch
-    stages = run_stages(run, costs.measured[index])
+    # clock-aligned once: the overheads, latency and spread all read them; the load term only
+    # where ranks share cores (module docstring)
+    transfers = transfer_rows(run, loads=shared_cores(run) is not None)
+    law = transfer_fit(transfers)  # (idle, load) of the transfer law, None if no receiver waited
+    dispatch, send, recv = executor_overheads(run, transfers, law)
+    measured, switch, places = compute_costs(run, dispatch)
+    stages = run_stages(run, measured)
     diagnostics: dict[str, Any] = {}
     compute = activation = weight_memory = None
     ratio: dict[str, float] = {}
-    layers_profile = layer_profile(run)
+    layers_profile = (run.profile or {}).get("layers")
     if layers_profile is not None:
         if int(layers_profile["rows"]) != run.rows:
             raise CostError(f"{run.path}: profile.json was taken at {layers_profile['rows']} rows per microbatch, "
@@ -567,7 +517,7 @@ def _fit_one(run: MeasuredRun, overheads: RunOverheads, costs: ComputeCosts,
             "microbatches": schedule.microbatches, "chunks": schedule.chunks, "steps": len(run.steps),
             "step_time_median": run.step_time_median,
         },
-        model=model_of(run),
+        model={k: v for k, v in run.model.items() if k != "batch_size"},
         rows=run.rows,
         num_layers=int(run.model.get("layers", run.stage_layers[-1][1])),
         boundary_bytes=max(boundaries) if boundaries else 0,
@@ -577,12 +527,10 @@ def _fit_one(run: MeasuredRun, overheads: RunOverheads, costs: ComputeCosts,
         weight_memory=weight_memory,
         speed_ratio=ratio,
         dispatch_overhead=dispatch,
-        switch_forward=costs.switch.get("F", 0.0),
-        switch_backward=backward_extra(costs.switch),
-        second_forward=costs.second.get("F", 0.0),
-        second_backward=backward_extra(costs.second),
-        send_overhead=overheads.send,
-        recv_overhead=overheads.recv,
+        switch_forward=switch.get("F", 0.0),
+        switch_backward=switch.get("B", switch.get("I", 0.0)),
+        send_overhead=send,
+        recv_overhead=recv,
         step_overhead=step_overhead,
         p2p_latency=latency,
         p2p_bandwidth=bandwidth,
@@ -592,7 +540,7 @@ def _fit_one(run: MeasuredRun, overheads: RunOverheads, costs: ComputeCosts,
         allreduce_latency=allreduce_latency,
         allreduce_bandwidth=allreduce_bandwidth,
         parameter_bytes=parameter_bytes,
-        place_factors=costs.places,
+        place_factors=places,
     ), (spread_residuals(run), transfer_residuals(transfers, law), rank_residuals(run))
 
 
@@ -711,8 +659,8 @@ def spread_residuals(run: MeasuredRun) -> np.ndarray:
 
 def typical_costs(frame: pd.DataFrame) -> pd.DataFrame:
     """`frame` (compute_frame) with each action's typical duration: the mean over steps of
-    the step's mean duration of its stage, kind, run class and place class."""
-    keys = ["stage", "kind", "run", "place"]
+    the step's mean duration of its stage, kind, switching and place class."""
+    keys = ["stage", "kind", "switch", "place"]
     typical = frame.groupby(keys + ["step"])["duration"].mean().groupby(level=[0, 1, 2, 3]).mean()
     return frame.join(typical.rename("typical"), on=keys)
 
@@ -821,73 +769,45 @@ def fit_p2p(run: MeasuredRun, transfers: Sequence[TransferRow], law: tuple[float
     return max(idle - boundary / bandwidth, 0.0), bandwidth, load
 
 
-@dataclass(frozen=True)
-class ComputeCosts:
-    """`compute_costs`' answer: per run, each stage's cost of a switching action at a later place
-    (kind -> list over stages); per kind, what switching and being the second in a row add and the
-    factors of a stage's first places in a step, shared by the runs."""
-    measured: tuple[dict[str, list[float]], ...]
-    switch: dict[str, float]
-    second: dict[str, float]
-    places: dict[str, tuple[float, ...]]
+def compute_costs(run: MeasuredRun, dispatch: float) -> tuple[dict[str, list[float]], dict[str, float],
+                                                               dict[str, tuple[float, ...]]]:
+    """Per compute kind present: each stage's cost of a switching action at a later place,
+    what switching adds, and the factors of a stage's first places in a step (module docstring).
 
-
-def compute_costs(runs: Sequence[MeasuredRun], dispatches: Sequence[float]) -> ComputeCosts:
-    """Per compute kind present: one fit over every run's cells (module docstring).
-
-    Cells are (run, stage, place class, run class): the place class is the action's place
-    (schedules.analysis.places) up to the run's `later_place` (at m = 1 there are no factors),
-    the run class its run length (schedules.analysis.run_lengths) up to 3. A cell's value is the
-    mean over steps of its actions' mean duration in the step (a step's length adds them up, and
-    the spreads below are scaled to mean 1 around these), plus the run's dispatch overhead (the
-    simulated action holds the loop's gap, which the measured row leaves out). The model value
-    = c[run, stage] x f[place class] + switch x (run class 1) + second x (run class 2), f = 1 for
-    later actions, is fitted by `fit_cells`: each run's stages get their own c (runs measured
-    minutes apart compute at different speeds), the rest is shared, so that one run's repeats
-    of three or more (GPipe) and another's switching actions at the same places (1F1B) tell
-    the second's cost from the place factors, which a GPipe run alone cannot (its k-th action of
-    a phase is both the k-th place and run length k).
+    Cells are (stage, place class, switching): the place class is the action's place
+    (schedules.analysis.places) up to `later_place` (at m = 1 there are no factors). A cell's value is the mean over
+    steps of its actions' mean duration in the step (a step's length adds them up, and the
+    spreads below are scaled to mean 1 around these), plus `dispatch` (the simulated action
+    holds the loop's gap, which the measured row leaves out). The model value = c[stage] x
+    f[class] + switch x switching, f = 1 for later actions, is fitted by `fit_cells`.
     """
-    frames = []
-    for index, (run, dispatch) in enumerate(zip(runs, dispatches)):
-        frame = compute_frame(run)
-        top = later_place(run)
-        frame["duration"] += dispatch
-        frame["group"] = [(index, st) for st in frame["stage"]]
-        frame["place"] = np.where(frame["place"] >= top, PLACES, frame["place"])  # later places: f = 1
-        frames.append(frame)
-    frame = pd.concat(frames, ignore_index=True)
-    top = max(later_place(run) for run in runs)
-    measured: list[dict[str, list[float]]] = [{} for _ in runs]
-    switch, second, factors = {}, {}, {}
+    frame = compute_frame(run)
+    top = later_place(run)
+    frame["duration"] += dispatch
+    costs, extra, factors = {}, {}, {}
+    n = run.program.schedule.num_stages
     for kind in COMPUTE_NAMES:
         rows = frame[frame["kind"] == kind]
         if not len(rows):
             continue
-        per_step = rows.groupby(["group", "place", "run", "step"])["duration"].agg(["mean", "size"])
+        per_step = rows.groupby(["stage", "place", "switch", "step"])["duration"].agg(["mean", "size"])
         cells = per_step.groupby(level=[0, 1, 2]).agg(value=("mean", "mean"), weight=("size", "median"))
-        groups = cells.index.get_level_values(0)
-        keys = sorted(set(groups))
-        fit = fit_cells(Cells(np.array([keys.index(g) for g in groups]), cells.index.get_level_values(1).to_numpy(),
-                              cells.index.get_level_values(2).to_numpy(), cells["value"].to_numpy(),
-                              cells["weight"].to_numpy()), PLACES)
-        for index, (run, dispatch) in enumerate(zip(runs, dispatches)):
-            n = run.program.schedule.num_stages
-            if any(g[0] == index for g in keys):
-                measured[index][kind] = [fit.stage_cost[keys.index((index, st))] + fit.switch - dispatch
-                                         if (index, st) in keys else 0.0 for st in range(n)]
-        switch[kind], second[kind] = fit.switch, fit.second
+        fit = fit_cells(Cells(cells.index.get_level_values(0).to_numpy(), cells.index.get_level_values(1).to_numpy(),
+                              cells.index.get_level_values(2).to_numpy().astype(bool), cells["value"].to_numpy(),
+                              cells["weight"].to_numpy()), top)
+        costs[kind] = [fit.stage_cost[st] + fit.switch - dispatch if st in fit.stage_cost else 0.0 for st in range(n)]
+        extra[kind] = fit.switch
         if top > 0:
             factors[kind] = fit.factors[:top]
-    return ComputeCosts(tuple(measured), switch, second, factors)
+    return costs, extra, factors
 
 
 @dataclass(frozen=True)
 class Cells:
-    """One kind's cells (`compute_costs`), one entry per (run, stage, place class, run class)."""
-    stage: np.ndarray  # a (run, stage) number: each has its own cost c
-    place: np.ndarray  # place class, `top` (fit_cells) for later places
-    run: np.ndarray  # run class: 1 switches, 2 the second in a row, 3 the third or later
+    """One kind's cells (`compute_costs`), one entry per (stage, place class, switching)."""
+    stage: np.ndarray
+    place: np.ndarray
+    switching: np.ndarray
     value: np.ndarray
     weight: np.ndarray  # actions per step in the cell
 
@@ -895,79 +815,55 @@ class Cells:
 @dataclass(frozen=True)
 class CellFit:
     """`fit_cells`' answer for one kind."""
-    stage_cost: dict[int, float]  # c[stage]: its cost at run length 3 or more at a later place
+    stage_cost: dict[int, float]  # c[stage]: a repeating action's cost at a later place
     switch: float
-    second: float
     factors: tuple[float, ...]  # f[place class], the last (later places) 1
 
 
 def fit_cells(cells: Cells, top: int) -> CellFit:
-    """value = c[stage] x f[place] + switch x (run class 1) + second x (run class 2), f = 1 for
-    later places (class `top`), switch and second >= 0.
+    """value = c[stage] x f[place] + switch x switching, f = 1 for later places, switch >= 0.
 
-    The second is fitted only where it can be told apart: some cells repeat three or more times
-    in a row, and some place class holds seconds in a row beside cells of another run class (else
-    a second in a row counts as a repeat, second = 0: a 1F1B run's repeats are all seconds, a
-    GPipe run's seconds all at place 1). Where a stage and place class hold cells of two run
-    classes, their differences give the extras directly (weighted least squares over such pairs),
-    fixed before c and f are fitted, when they determine every extra fitted. Fitted jointly with c
-    and f instead, the switch acted as a constant added to almost every cell (in a ZB-H1 run all
-    W but one switch), which c x f then offset: c went negative, f to x8 and x0.08, and the run
-    replayed 57% long. Otherwise the extras are fitted jointly (1F1B's F: only stage 0's second
-    F repeats), identified through f being shared by the stages, each only where some stage
-    holds its run class beside another (else 0). Alternating least squares, weighted by the
-    cell's actions per step (each step's length adds them up): (c, extras) given f, then each f
-    given c.
+    Where a stage and place class hold both switching and repeating actions, the switch is
+    their difference (weighted mean over such pairs), fixed before c and f are fitted. Fitted
+    jointly with them instead, it acted as a constant added to almost every cell (in a ZB-H1
+    run all W but one switch), which c x f then offset: c went negative, f to x8 and x0.08,
+    and the run replayed 57% long. Where no such pair exists (1F1B's F: only stage 0's
+    second F repeats), the switch is fitted jointly, identified through f being shared by
+    the stages, and only where some stage holds both. Alternating least squares, weighted by
+    the cell's actions per step (each step's length adds them up): (c, switch) given f, then
+    each f given c.
     """
-    run = cells.run.copy()
-    has_second = (run == 3).any() and any(
-        (run[cells.place == q] == 2).any() and (run[cells.place == q] != 2).any() for q in np.unique(cells.place))
-    if not has_second:
-        run[run == 2] = 3
-    flags = np.stack([run == 1, run == 2], axis=1).astype(float)
-    stages = np.unique(cells.stage)
-    # which extras the cells can tell from the stage costs at all
-    wanted = [any(len(np.unique(run[cells.stage == st] == k)) == 2 for st in stages) for k in (1, 2)]
-    wanted[1] = wanted[1] and has_second
-    rows, gaps, weights = [], [], []
+    differences, weights = [], []
     for st, q in sorted(set(zip(cells.stage.tolist(), cells.place.tolist()))):
-        here = np.flatnonzero((cells.stage == st) & (cells.place == q))
-        for i in here:
-            for j in here:
-                if run[i] < run[j]:
-                    rows.append(flags[i] - flags[j])
-                    gaps.append(float(cells.value[i] - cells.value[j]))
-                    weights.append(float(cells.weight[i] + cells.weight[j]))
-    columns = [k for k in (0, 1) if wanted[k]]
-    extras = np.zeros(2)
-    direct = False
-    if rows and columns:
-        a = np.array(rows)[:, columns] * np.sqrt(weights)[:, None]
-        if np.linalg.matrix_rank(a) == len(columns):
-            extras[columns] = np.maximum(np.linalg.lstsq(a, np.array(gaps) * np.sqrt(weights), rcond=None)[0], 0.0)
-            direct = True
+        here = (cells.stage == st) & (cells.place == q)
+        on, off = here & cells.switching, here & ~cells.switching
+        if on.any() and off.any():
+            differences.append(float(cells.value[on][0] - cells.value[off][0]))
+            weights.append(float(cells.weight[on][0] + cells.weight[off][0]))
+    direct = max(float(np.average(differences, weights=weights)), 0.0) if differences else None
+    stages = np.unique(cells.stage)
+    joint = direct is None and any(len(np.unique(cells.switching[cells.stage == st])) == 2 for st in stages)
+    flag = cells.switching.astype(float)
     root = np.sqrt(cells.weight)
     f = np.ones(top + 1)
-    where = np.searchsorted(stages, cells.stage)
-    for _ in range(5000):
-        design = np.zeros((len(cells.value), len(stages)))
-        design[np.arange(len(cells.value)), where] = f[cells.place]
-        joint = [] if direct else list(columns)
-        while True:
-            a = np.hstack([design, flags[:, joint]])
-            target = cells.value - (flags @ extras if direct else 0.0)
-            coef = np.linalg.lstsq(a * root[:, None], target * root, rcond=None)[0]
-            negative = [k for k, x in zip(joint, coef[len(stages):]) if x < 0]
-            if not negative:  # an extra cannot make an action cheaper: refit without it
-                break
-            joint = [k for k in joint if k not in negative]
+    switch = direct or 0.0
+    for _ in range(50):
+        design = np.zeros((len(cells.value), len(stages) + 1))
+        design[np.arange(len(cells.value)), np.searchsorted(stages, cells.stage)] = f[cells.place]
+        design[:, -1] = flag
+        columns = list(range(len(stages))) + ([len(stages)] if joint else [])
+        target = cells.value - (0.0 if joint else switch) * flag
+        coef = np.linalg.lstsq(design[:, columns] * root[:, None], target * root, rcond=None)[0]
+        if joint and coef[-1] < 0:  # switching cannot be cheaper: refit without it
+            columns = columns[:-1]
+            target = cells.value
+            coef = np.linalg.lstsq(design[:, columns] * root[:, None], target * root, rcond=None)[0]
         c = coef[:len(stages)]
-        if not direct:
-            extras = np.zeros(2)
-            extras[joint] = coef[len(stages):]
+        if joint:
+            switch = float(coef[-1]) if len(columns) > len(stages) else 0.0
         before = f.copy()
-        y = cells.value - flags @ extras
-        scale = c[where]
+        y = cells.value - switch * flag
+        scale = c[np.searchsorted(stages, cells.stage)]
         for q in range(top):
             here = cells.place == q
             denominator = np.sum(cells.weight[here] * scale[here] ** 2)
@@ -975,8 +871,7 @@ def fit_cells(cells: Cells, top: int) -> CellFit:
                 f[q] = max(float(np.sum(cells.weight[here] * y[here] * scale[here]) / denominator), 0.0)
         if np.max(np.abs(f - before)) < 1e-12:
             break
-    return CellFit({int(st): float(x) for st, x in zip(stages, c)}, float(extras[0]), float(extras[1]),
-                   tuple(float(x) for x in f))
+    return CellFit({int(st): float(x) for st, x in zip(stages, c)}, switch, tuple(float(x) for x in f))
 
 
 def later_place(run: MeasuredRun) -> int:
@@ -987,19 +882,17 @@ def later_place(run: MeasuredRun) -> int:
 
 def compute_frame(run: MeasuredRun) -> pd.DataFrame:
     """The run's compute rows: step, rank, stage, kind, switch (schedules.analysis.switches),
-    run class (schedules.analysis.run_lengths up to 3), place class (schedules.analysis.places up to `later_place`) and duration (seconds; for
+    place class (schedules.analysis.places up to `later_place`) and duration (seconds; for
     ranks that shared fewer cores than there were ranks, `full_speed`)."""
     timeline = run.timeline
     top = later_place(run)
     flags = [switches(stream) for stream in run.program.streams]
-    lengths = [run_lengths(stream) for stream in run.program.streams]
     order = [places(stream) for stream in run.program.streams]
     position = timeline.groupby(["step", "rank"]).cumcount().to_numpy()
     ranks = timeline["rank"].to_numpy()
     frame = pd.DataFrame({
         "step": timeline["step"], "rank": timeline["rank"], "stage": timeline["stage"], "kind": timeline["kind"],
         "switch": [flags[r][i] for r, i in zip(ranks, position)],
-        "run": [min(lengths[r][i], 3) for r, i in zip(ranks, position)],
         "place": [min(order[r][i], top) for r, i in zip(ranks, position)],
         "duration": timeline["end"] - timeline["start"],
     })

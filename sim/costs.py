@@ -47,12 +47,8 @@ cost (see sim.calibration, which fits it). ``switch_forward`` and ``switch_backw
 (the latter for B, I and W) are added to a compute action whose rank's previous
 compute action was of another stage or kind, or which is its rank's first: on a CPU
 the caches then hold another working set (another stage's weights, or the forward's
-data where the backward needs gradients). ``second_forward`` and ``second_backward`` are
-added to a compute action that is the second in a row of its stage and kind on its rank (run
-length 2, schedules.analysis.run_lengths): the caches warm over more than one repeat (GPipe's
-second F cost x1.18 of its third and later at mlp 8 rows, bench/repeat_costs.py). Stage costs
-are those of an action at run length 3 or more (GPipe's phases); 1F1B's steady state switches
-every action.
+data where the backward needs gradients). Stage costs are those of an action that
+repeats the previous one (GPipe's phases); 1F1B's steady state switches every action.
 ``place_factors`` maps a compute kind (``"F"``, ``"B"``, ``"I"``, ``"W"``) to factors for the
 first actions of a stage and that kind in a step (schedules.analysis.places): the k-th
 such action costs its stage cost times factor k (then the switch cost, if it switches),
@@ -169,8 +165,8 @@ class ResolvedCosts:
     stage s; `send_forward[s]`/`send_backward[s]`: transfer time across boundary s|s+1;
     `memory[s]`: activation bytes of one microbatch on stage s; `weight_memory[s]`: the
     part of it kept from I until W; `static[r]`: static bytes of rank r; `send_overhead`,
-    `recv_overhead`, `step_overhead`, `switch_forward`, `switch_backward`, `second_forward`,
-    `second_backward`: the executor overheads of the cost model; `place_factors`: per compute kind, the factors of the first
+    `recv_overhead`, `step_overhead`, `switch_forward`, `switch_backward`: the executor
+    overheads of the cost model; `place_factors`: per compute kind, the factors of the first
     actions of a stage in a step; `spread`, `transfer_spread`, `rank_spread`, `draws`:
     duration_spread, transfer_spread, rank_spread and spread_draws.
     """
@@ -190,8 +186,6 @@ class ResolvedCosts:
     step_overhead: int = 0
     switch_forward: int = 0
     switch_backward: int = 0
-    second_forward: int = 0
-    second_backward: int = 0
     place_factors: tuple[tuple[Kind, tuple[float, ...]], ...] = ()
     spread: tuple[float, ...] = ()
     transfer_spread: tuple[float, ...] = ()
@@ -221,8 +215,7 @@ class CostModel:
     Executor overheads (seconds, default 0): send_overhead (rank time per SEND),
     recv_overhead (least rank time per RECV), step_overhead (step time minus makespan),
     switch_forward / switch_backward (added to an F / a B, I or W that does not repeat
-    its rank's previous compute action's stage and kind), second_forward / second_backward
-    (added to one that is the second in a row of its stage and kind); place_factors (kind name -> factors
+    its rank's previous compute action's stage and kind); place_factors (kind name -> factors
     of the first actions of a stage and kind in a step, module docstring).
     Spread (module docstring): duration_spread, transfer_spread and rank_spread (relative
     factors of compute times, transfer times and a rank's compute in a step; default none)
@@ -252,8 +245,6 @@ class CostModel:
     step_overhead: float = 0.0
     switch_forward: float = 0.0
     switch_backward: float = 0.0
-    second_forward: float = 0.0
-    second_backward: float = 0.0
     place_factors: Mapping[str, Sequence[float]] | tuple = ()
     duration_spread: Sequence[float] = ()
     transfer_spread: Sequence[float] = ()
@@ -273,7 +264,7 @@ class CostModel:
         if self.backward_full is None and self.backward_input is None:
             raise CostError("give backward_input (with optional backward_weight) or backward_full")
         for name in ("p2p_latency", "p2p_load_latency", "send_overhead", "recv_overhead", "step_overhead",
-                     "switch_forward", "switch_backward", "second_forward", "second_backward"):
+                     "switch_forward", "switch_backward"):
             object.__setattr__(self, name, _number(name, getattr(self, name)))
         bandwidth = self.p2p_bandwidth
         if isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float)) or not bandwidth > 0:
@@ -322,7 +313,7 @@ class CostModel:
         return self
 
     def compute_scaled(self, factor: float) -> "CostModel":
-        """This model with every compute cost (F, B, I, W, the switch and second costs) times `factor`:
+        """This model with every compute cost (F, B, I, W and the switch costs) times `factor`:
         the same program on a machine that computes 1 / `factor` as fast (place factors, being
         ratios, stay)."""
         def times(value):
@@ -332,8 +323,7 @@ class CostModel:
 
         return replace(self, forward=times(self.forward), backward_input=times(self.backward_input),
                        backward_weight=times(self.backward_weight), backward_full=times(self.backward_full),
-                       switch_forward=self.switch_forward * factor, switch_backward=self.switch_backward * factor,
-                       second_forward=self.second_forward * factor, second_backward=self.second_backward * factor)
+                       switch_forward=self.switch_forward * factor, switch_backward=self.switch_backward * factor)
 
     def describe(self) -> str:
         """One line naming the compute (and transfer) costs, for figure titles."""
@@ -392,8 +382,6 @@ class CostModel:
             step_overhead=round(self.step_overhead * NS_PER_S),
             switch_forward=round(self.switch_forward * NS_PER_S),
             switch_backward=round(self.switch_backward * NS_PER_S),
-            second_forward=round(self.second_forward * NS_PER_S),
-            second_backward=round(self.second_backward * NS_PER_S),
             place_factors=tuple((Kind(k), v) for k, v in self.place_factors),
             spread=self.duration_spread,
             transfer_spread=self.transfer_spread,

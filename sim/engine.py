@@ -18,8 +18,7 @@ Semantics (times are integer nanoseconds, so results are exact and deterministic
   after putting the tensor on the link, a RECV ends no earlier than ``recv_overhead``
   after the rank reached it, and a compute action that does not repeat the stage and
   kind of its rank's previous compute action costs ``switch_forward`` (F) or
-  ``switch_backward`` (B, I, W) more, one that is the second in a row of its stage and
-  kind ``second_forward`` or ``second_backward`` more; the first actions of a stage and kind in a step
+  ``switch_backward`` (B, I, W) more; the first actions of a stage and kind in a step
   (schedules.analysis.places) cost their stage cost times their ``place_factors``.
 
 With ``cores`` (sim.costs; one host's CPU executor running more ranks than it has cores) the
@@ -34,7 +33,7 @@ arrival is then known only when it ends; link contention still starts a link's n
 when the previous one has arrived.
 
 With a duration spread (sim.costs) the program is replayed once per draw, each compute
-action's time (switch and second costs included) multiplied by its factor of the draw
+action's time (switch cost included) multiplied by its factor of the draw
 (`spread_factors`, stratified over the draws) and rounded to the nanosecond (times the
 rank's factor of the draw with a rank spread; likewise each SEND's transfer time with a
 transfer spread), and the draw with the median makespan is the result.
@@ -55,7 +54,7 @@ import math
 import simpy
 
 from schedules import Action, Kind, Program, Schedule, ScheduleError, lower
-from schedules.analysis import places, run_lengths
+from schedules.analysis import places, switches
 from schedules.ir import Direction, transfer_count
 
 from .costs import CostModel, ResolvedCosts, spread_factors
@@ -108,7 +107,7 @@ def simulate(schedule_or_program: Schedule | Program, costs: CostModel) -> SimRe
 
 def compute_seconds(program: Program, costs: CostModel) -> float:
     """The program's compute time for one step under `costs`, summed over ranks: every compute
-    action's typical time (switch, second and place included, no spread, each on a processor of its
+    action's typical time (switch and place included, no spread, each on a processor of its
     own), seconds."""
     compiled = compile_program(program, costs.for_schedule(program.schedule))
     return sum(op[1] for row in compiled.ops for op in row if op[0] == _COMPUTE) / 1e9
@@ -119,28 +118,28 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
     schedule = program.schedule
     s2r = schedule.stage_to_rank
     p, m, n = schedule.ranks, schedule.microbatches, schedule.num_stages
-    def table(durations, extras, alloc, free):
-        """Per stage: the ops of the action at run lengths 1, 2 and 3 or more
-        (schedules.analysis.run_lengths), `extras` what the first two add."""
-        return [tuple((_COMPUTE, durations[s] + extra, alloc[s], free[s]) for extra in (*extras, 0))
-                for s in range(n)]
+    def table(durations, switch, alloc, free):
+        """Per stage: (op when the action repeats the previous compute action, op when it
+        switches: schedules.analysis.switches)."""
+        return [
+            ((_COMPUTE, durations[s], alloc[s], free[s]), (_COMPUTE, durations[s] + switch, alloc[s], free[s]))
+            for s in range(n)
+        ]
 
     zero = [0] * n
     kept = costs.weight_memory
-    forward_extras = (costs.switch_forward, costs.second_forward)
-    backward_extras = (costs.switch_backward, costs.second_backward)
     columns = {
-        Kind.F: (costs.forward, forward_extras, costs.memory, zero),
-        Kind.B: (costs.backward, backward_extras, zero, costs.memory),
-        Kind.I: (costs.input, backward_extras, zero, [m - k for m, k in zip(costs.memory, kept)]),
-        Kind.W: (costs.weight, backward_extras, zero, kept),
+        Kind.F: (costs.forward, costs.switch_forward, costs.memory, zero),
+        Kind.B: (costs.backward, costs.switch_backward, zero, costs.memory),
+        Kind.I: (costs.input, costs.switch_backward, zero, [m - k for m, k in zip(costs.memory, kept)]),
+        Kind.W: (costs.weight, costs.switch_backward, zero, kept),
     }
     compute = {kind: table(*column) for kind, column in columns.items()}
     placed = dict(costs.place_factors)  # kind -> factors of a stage's first actions of that kind in a step
 
-    def first_op(kind: Kind, stage: int, place: int, run: int) -> tuple[int, ...]:
-        durations, extras, alloc, free = columns[kind]
-        time = round(durations[stage] * placed[kind][place]) + (extras[run] if run < len(extras) else 0)
+    def first_op(kind: Kind, stage: int, place: int, switch: bool) -> tuple[int, ...]:
+        durations, extra, alloc, free = columns[kind]
+        time = round(durations[stage] * placed[kind][place]) + (extra if switch else 0)
         return (_COMPUTE, time, alloc[stage], free[stage])
 
     durations = {Direction.FORWARD: costs.send_forward, Direction.BACKWARD: costs.send_backward}
@@ -151,7 +150,7 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
     for rank, stream in enumerate(program.streams):
         row = []
         append = row.append
-        for action, length, place in zip(stream, run_lengths(stream), places(stream)):
+        for action, switch, place in zip(stream, switches(stream), places(stream)):
             kind, stage, mb = action.kind, action.stage, action.microbatch
             if kind is Kind.REDUCE_GRAD and 0 <= stage < n:
                 append((_REDUCE, costs.reduce_grad[stage]))
@@ -163,11 +162,10 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
             choices = compute.get(kind)
             if choices is not None:
                 factors = placed.get(kind)
-                run = min(length, 3) - 1  # 0: switches, 1: second in a row, 2: third or later
                 if factors is not None and place < len(factors):
-                    append(first_op(kind, stage, place, run))
+                    append(first_op(kind, stage, place, switch))
                 else:
-                    append(choices[stage][run])
+                    append(choices[stage][switch])
                 continue
             key = (stage, kind)
             if key not in comm:

@@ -67,7 +67,6 @@ def stage_value(table, kind, role, layers):
 
 
 PLACES: dict = {}  # the machine's place factors (none unless a test sets them)
-SECOND = {"F": 0.0, "B": 0.0}  # extra for the second action in a row of a stage and kind (none unless set)
 CORES = None  # processors the machine's ranks share (None: one each, unless a test sets them)
 LOAD = 0.0  # what a transfer takes longer per rank computing meanwhile (none unless a test sets it)
 
@@ -81,8 +80,7 @@ def true_costs(num_stages: int) -> CostModel:
         forward=per["F"], backward_full=per["B"], p2p_latency=LATENCY, p2p_bandwidth=BANDWIDTH,
         p2p_activation_bytes=BOUNDARY, activation_memory=[ACT_FIXED[r] + n * ACT_PER_LAYER for r, n in zip(roles, counts)],
         send_overhead=SEND, recv_overhead=RECV, step_overhead=STEP,
-        switch_forward=SWITCH["F"], switch_backward=SWITCH["B"], second_forward=SECOND["F"],
-        second_backward=SECOND["B"], place_factors=PLACES, cores=CORES,
+        switch_forward=SWITCH["F"], switch_backward=SWITCH["B"], place_factors=PLACES, cores=CORES,
         p2p_load_latency=LOAD,
     )
 
@@ -553,11 +551,10 @@ def test_plot_overlay_calibrates_from_the_run_and_plots_take_calibrations(calibr
 
 
 def _cells(stage, place, switching, value, weight):
-    """Cells whose actions either switch (run class 1) or repeat (class 2: a second in a row)."""
     from sim.calibration import Cells
 
-    return Cells(np.array(stage), np.array(place), np.where(np.array(switching, dtype=bool), 1, 2),
-                 np.array(value, dtype=float), np.array(weight, dtype=float))
+    return Cells(np.array(stage), np.array(place), np.array(switching, dtype=bool), np.array(value, dtype=float),
+                 np.array(weight, dtype=float))
 
 
 def test_a_switch_seen_at_one_stage_and_place_is_recovered_where_almost_every_action_switches():
@@ -625,60 +622,3 @@ def test_compute_level_of_a_run_on_a_slower_machine(calibration_run, tmp_path, m
     quality = quality_of(calibration, [run, slower])
     assert [e["compute_level"] for e in quality["runs"]] == pytest.approx([1.0, 1.25], rel=1e-9)
     assert any("x1.000 to x1.250 of the fitted costs" in w for w in quality["warnings"])
-
-
-def test_the_second_in_a_row_is_told_from_place_factors_by_gpipe_beside_1f1b():
-    """Cells of a 1F1B-like run (stage 0 at place 1 a second in a row, the rest switching) and a
-    GPipe-like run (place q is run length q + 1), each run's stages at their own cost, made from
-    c x f + switch + second: fitted together they give back every term exactly."""
-    from sim.calibration import Cells, fit_cells
-
-    ms = 1e-3
-    f, switch, second = (1.2, 0.9, 1.0), 0.3 * ms, 0.12 * ms
-    c = {0: 1.0 * ms, 1: 1.4 * ms, 2: 1.1 * ms, 3: 1.5 * ms}  # 0, 1: 1F1B's stages; 2, 3: GPipe's
-    keys = [(0, 0, 1), (0, 1, 2), (0, 2, 1), (1, 0, 1), (1, 1, 1), (1, 2, 1),
-            (2, 0, 1), (2, 1, 2), (2, 2, 3), (3, 0, 1), (3, 1, 2), (3, 2, 3)]
-    value = [c[g] * f[q] + {1: switch, 2: second, 3: 0.0}[r] for g, q, r in keys]
-    stage, place, run = (np.array(x) for x in zip(*keys))
-    fit = fit_cells(Cells(stage, place, run, np.array(value), np.ones(len(keys))), 2)
-    assert (fit.switch, fit.second) == pytest.approx((switch, second), rel=1e-9)
-    assert fit.factors == pytest.approx(f, rel=1e-9)
-    assert fit.stage_cost == {k: pytest.approx(v, rel=1e-9) for k, v in c.items()}
-    # GPipe alone: its place and run length coincide, so the second is not fitted (0): the place
-    # factor of place 1 takes it up as well as one factor can (the second is additive).
-    alone = [k for k, (g, _, _) in enumerate(keys) if g >= 2]
-    fit = fit_cells(Cells(stage[alone], place[alone], run[alone], np.array(value)[alone], np.ones(len(alone))), 2)
-    assert fit.second == 0.0 and fit.factors[1] > f[1]
-
-
-@pytest.mark.parametrize("places", [{}, {"F": (1.25, 1.05), "B": (0.8, 1.1)}])
-def test_second_in_a_row_recovered_from_a_gpipe_and_a_1f1b_run(tmp_path, monkeypatch, places):
-    """A machine whose second action in a row of a stage and kind costs more than its third
-    (the caches warm over more than one repeat): calibrating on its 1F1B and GPipe runs together
-    gives back the switch, the second and the place factors exactly and predicts every other
-    schedule exactly; the 1F1B run alone (run lengths 1 and 2 only) cannot tell the second from
-    the stage cost and predicts GPipe at m = 8 long."""
-    from sim.calibration import calibrate_runs
-
-    monkeypatch.setitem(globals(), "SECOND", {"F": 90_000 * NS, "B": 140_000 * NS})
-    monkeypatch.setitem(globals(), "PLACES", places)
-    write_run(tmp_path / "1f1b", "1f1b", 4, profile=True)
-    write_run(tmp_path / "gpipe", "gpipe", 4, profile=True)
-    runs = [read_measured(tmp_path / name) for name in ("1f1b", "gpipe")]
-    c = calibrate_runs(runs)
-    assert (c.switch_forward, c.switch_backward) == pytest.approx((SWITCH["F"], SWITCH["B"]), abs=1e-12)
-    assert (c.second_forward, c.second_backward) == pytest.approx((90_000 * NS, 140_000 * NS), abs=1e-12)
-    expected = {k: tuple(places.get(k, ())) + (1.0,) * (2 - len(places.get(k, ()))) for k in ("F", "B")}
-    assert {k: tuple(v) for k, v in c.place_factors.items()} == {k: pytest.approx(v, rel=1e-9) for k, v in expected.items()}
-    for kind in ("F", "B"):
-        assert c.compute[kind].per_layer == pytest.approx(PER_LAYER[kind], rel=1e-9)
-    for run in runs:
-        assert simulate(run.program, c.for_run(run)).step_time == pytest.approx(run.step_time_median, rel=1e-12)
-    alone = calibrate(runs[0])
-    assert alone.second_forward == alone.second_backward == 0.0
-    for name, m, chunks in (("gpipe", 8, None), ("interleaved", 8, 2), ("zb-h2", 4, None), ("1f1b", 8, None)):
-        truth = write_run(tmp_path / f"{name}-{m}", name, m, chunks)
-        schedule = schedules.build(name, ranks=2, microbatches=m, chunks=chunks)
-        assert simulate(schedule, c.cost_model(schedule.num_stages)).step_time == pytest.approx(truth, rel=1e-12)
-        if name == "gpipe":
-            assert simulate(schedule, alone.cost_model(schedule.num_stages)).step_time > truth * 1.005

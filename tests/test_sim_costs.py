@@ -139,11 +139,10 @@ def test_compute_scaled_scales_every_compute_cost_and_nothing_else() -> None:
     from sim.engine import compute_seconds
 
     base = CostModel(forward=1.0, backward_full=2.0, p2p_latency=0.25, step_overhead=0.5, switch_forward=0.125,
-                     switch_backward=0.0625, second_forward=0.25, second_backward=0.5, activation_memory=7)
+                     switch_backward=0.0625, activation_memory=7)
     scaled = base.compute_scaled(1.5)
     assert (scaled.forward, scaled.backward_full, scaled.switch_forward, scaled.switch_backward) == (1.5, 3.0, 0.1875,
                                                                                                        0.09375)
-    assert (scaled.second_forward, scaled.second_backward) == (0.375, 0.75)
     assert (scaled.p2p_latency, scaled.step_overhead, scaled.activation_memory) == (0.25, 0.5, 7)
     p, m = 4, 6
     plain = CostModel(forward=1.0, backward_full=2.0)
@@ -155,21 +154,3 @@ def test_compute_scaled_scales_every_compute_cost_and_nothing_else() -> None:
     assert compute_seconds(program, plain.compute_scaled(1.5)) == pytest.approx(m * p * 4.5, abs=1e-9)
     split = CostModel(forward=[1.0, 2.0], backward_input=[0.5, 0.25], backward_weight=[0.75, 1.0]).compute_scaled(2.0)
     assert (split.forward, split.backward_input, split.backward_weight) == ((2.0, 4.0), (1.0, 0.5), (1.5, 2.0))
-
-
-@pytest.mark.parametrize("m", [1, 2, 3, 6])
-def test_switch_and_second_costs_follow_run_lengths(m: int) -> None:
-    """One rank running GPipe: F F ... F then B B ... B. Its step is m (F + B) plus, per phase,
-    the switch once (the phase's first action) and the second once when the phase has two or more
-    actions (closed form). 1F1B on one rank alternates F B: every action switches."""
-    from sim import simulate
-
-    costs = CostModel(forward=1.0, backward_full=2.0, switch_forward=0.125, switch_backward=0.0625,
-                      second_forward=0.25, second_backward=0.5)
-    gpipe = simulate(schedules.build("gpipe", ranks=1, microbatches=m), costs)
-    seconds = 0.25 + 0.5 if m >= 2 else 0.0
-    assert gpipe.step_time == pytest.approx(m * 3.0 + 0.125 + 0.0625 + seconds, abs=1e-9)
-    one_f_one_b = simulate(schedules.build("1f1b", ranks=1, microbatches=m), costs)
-    assert one_f_one_b.step_time == pytest.approx(m * (3.0 + 0.125 + 0.0625), abs=1e-9)
-    with pytest.raises(CostError, match="second_forward"):
-        CostModel(forward=1.0, backward_full=2.0, second_forward=-1.0)
