@@ -89,7 +89,6 @@ def worker(rank: int, args: argparse.Namespace, programs: dict, port: int, resul
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(RANKS))
     dist.init_process_group("gloo", rank=rank, world_size=RANKS, timeout=datetime.timedelta(seconds=120))
     try:
-        import schedules
         from runtime import RunOptions, Session, build_model
 
         spec = spec_of(args)
@@ -410,9 +409,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--split-warmup", type=int, default=2, help="untimed rounds of each mode first")
     args = p.parse_args(argv)
     args.schedules = ["1f1b", *dict.fromkeys(args.schedules)]
-    import schedules
-    from runtime import ConfigError
-
     try:
         check_args(args)
     except ValueError as exc:  # ConfigError and ScheduleError are ValueErrors

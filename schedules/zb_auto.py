@@ -284,7 +284,7 @@ def _warm_up(state: _Build, policy: Policy) -> None:
 def _round(state: _Build, policy: Policy, i: int) -> None:
     """One forward per rank (unless skipped), then the I passes of microbatch i back up,
     W passes in the waits."""
-    p, m, costs = state.p, state.m, state.costs
+    p, m = state.p, state.m
     forwards = state.count[Kind.F]
     wants = [forwards[r] < m for r in range(p)]
     if policy.skip_forward:

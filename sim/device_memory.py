@@ -41,7 +41,6 @@ own order of actions, not on timing, so walking the stream gives the simulator's
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
 
 from schedules import Kind, Program
 from schedules.posting import PostAhead, post_positions

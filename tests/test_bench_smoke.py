@@ -2,7 +2,6 @@
 
 import importlib.util
 import random
-import re
 import subprocess
 import sys
 from pathlib import Path

@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from schedules import Action, Kind, Program, ScheduleError, build, lower, validate
+from schedules import Action, Program, ScheduleError, build, lower, validate
 from schedules.lowering import insert_comms
 
 

@@ -281,7 +281,7 @@ class Pricer:
         if cached is not None:
             return cached
         layers = [hi - lo for lo, hi in balanced_layers(self.model.layers, n)]
-        forward, inputs, weights, act, kept = [], [], [], [], []
+        forward, inputs, act, kept = [], [], [], []
         for s, count in enumerate(layers):
             first, last = s == 0, s == n - 1
             forward.append(_ns(count * lc.forward + (lc.embed_forward if first else 0) + (lc.head_forward if last else 0)))
