@@ -101,11 +101,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class CpuLock:
+    """The machine-wide lock that measured runs hold, so that two sweeps never share the cores.
+    Taken at the first run a group must make and held to the group's end: predicting runs that
+    already exist (``--reuse``) waits for nobody."""
+
+    def __init__(self, path: str):
+        self.path = Path(path)
+        self.file = None
+
+    def take(self) -> None:
+        if self.file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.file = open(self.path, "a")
+            fcntl.flock(self.file, fcntl.LOCK_EX)
+
+    def release(self) -> None:
+        if self.file is not None:
+            self.file.close()  # closing releases the flock
+            self.file = None
+
+
 def run_case(out: Path, model: str, rows: int, p: int, schedule: str, m: int, steps: int, warmup: int,
-             profile: bool, reuse: bool) -> Path:
+             profile: bool, reuse: bool, lock: CpuLock) -> Path:
     """One executor run (under the CPU lock); returns its directory."""
     if reuse and (out / "summary.json").is_file():
         return out
+    lock.take()
     if out.exists():
         shutil.rmtree(out)  # a run cut short
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -195,10 +217,7 @@ def main() -> int:
         name = group_name(model, rows, p)
         print(f"{name} ({time.time() - began:.0f} s in)", file=sys.stderr, flush=True)
         base = root / name
-        Path(LOCK).parent.mkdir(parents=True, exist_ok=True)
-        lock = open(LOCK, "a")
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        print(f"  lock taken ({time.time() - began:.0f} s in)", file=sys.stderr, flush=True)
+        lock = CpuLock(LOCK)
         cases = list(itertools.product(SCHEDULES, (p, 4 * p)))
         measured = {case: [] for case in cases}
         rounds = []  # per round: its calibrations
@@ -206,7 +225,7 @@ def main() -> int:
         for k in range(args.rounds):
             suffix = "" if k == 0 else f"-r{k}"
             cal_runs = {s: read_measured(run_case(base / f"calibrate-{s}{suffix}", model, rows, p, s, 2 * p,
-                                                  args.calibration_steps, args.warmup, True, args.reuse))
+                                                  args.calibration_steps, args.warmup, True, args.reuse, lock))
                         for s in CALIBRATION_SCHEDULES}
             trio = [cal_runs[s] for s in CALIBRATION_SCHEDULES]
             own_runs.append(trio)
@@ -216,8 +235,8 @@ def main() -> int:
             for schedule, m in cases:
                 measured[(schedule, m)].append(read_measured(run_case(
                     base / f"{schedule}-m{m}{suffix}", model, rows, p, schedule, m, args.steps, args.warmup, False,
-                    args.reuse)))
-        lock.close()  # releases the lock
+                    args.reuse, lock)))
+        lock.release()
         every = [r for trio in own_runs for r in trio]
         pooled = assess(calibrate_runs(every), every)
         for calibrations in rounds:
