@@ -87,6 +87,14 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   (README, "Transfers that wait for a core"). Bandwidth comes from the ping-pong of ``--profile-p2p`` (least squares of
   one-way time on bytes) and the latency is the idle in-run time minus the bandwidth term;
   without a ping-pong, bandwidth is unlimited and the latency is the idle in-run time.
+- **idle_share** (a run whose ranks shared fewer cores than there were ranks): the share of a
+  core a rank takes while not computing (sim.costs), chosen from 0, 0.05, ..., 1 as the one
+  under which each cell's actions (stage, kind, switch, place) come out most alike on a core of
+  their own (`fit_idle_share`); every compute time of the run is then taken under it
+  (`compute_frame`). Processor sharing among compute alone (0) holds for long actions and not
+  for short ones (bench/processor_sharing.py; sweep 9's calibration runs: 0.15-0.4 at gpt 8 rows
+  p=4, 0.4-0.6 at mlp 256 rows, 0.8-0.9 at mlp 8 rows). Several runs: one share fitted over all
+  their cells at once, each run's compute taken under it.
 - **step_overhead**: measured step time (barrier to barrier, rank 0) minus the span of
   the step's streams (earliest row start to latest row end, a compute row's end taken
   `dispatch_overhead` later as the simulator's row includes that gap), median over steps:
@@ -214,6 +222,7 @@ class Calibration:
     allreduce_bandwidth: float = math.inf
     parameter_bytes: Mapping[str, Any] | None = None  # prologue, layers (list), epilogue
     place_factors: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # kind -> first places' factors
+    idle_share: float = 0.0  # where the run's ranks shared cores (fit_idle_share)
 
     # ------------------------------------------------------------------ prediction
     def for_stages(self, num_stages: int) -> CostModel:
@@ -290,7 +299,9 @@ class Calibration:
         """The cost model of `run`'s program and layer ranges and data-parallel size (after `check_run`)."""
         self.check_run(run)
         costs = self.cost_model(run.program.schedule.num_stages, run.stage_layers)
-        return replace(costs, data_parallel=data_parallel_of(run), cores=shared_cores(run))
+        cores = shared_cores(run)
+        return replace(costs, data_parallel=data_parallel_of(run), cores=cores,
+                       idle_share=self.idle_share if cores is not None else 0.0)
 
     def gradient_bytes(self, layers: Sequence[tuple[int, int]]) -> list[int]:
         """Per stage holding `layers`, the bytes its REDUCE_GRAD all-reduces (0 if unknown)."""
@@ -334,6 +345,8 @@ class Calibration:
             lines.append(f"  a stage's first actions of a kind in a step (cost over the later ones'): {places}")
         lines.append(f"  overheads: dispatch {us(self.dispatch_overhead)} per compute action, send {us(self.send_overhead)}, "
                      f"recv {us(self.recv_overhead)}, step {us(self.step_overhead)}")
+        if self.idle_share:
+            lines.append(f"  ranks sharing cores: a rank not computing takes {self.idle_share:.2f} of a core")
         bandwidth = "unlimited" if math.isinf(self.p2p_bandwidth) else f"{self.p2p_bandwidth / 1e9:.2f} GB/s"
         load = f", +{us(self.p2p_load_latency)} per rank computing meanwhile" if self.p2p_load_latency else ""
         lines.append(f"  p2p: latency {us(self.p2p_latency)}, bandwidth {bandwidth}, {self.boundary_bytes:,} bytes per "
@@ -421,7 +434,8 @@ def calibrate_runs(runs: Sequence[MeasuredRun]) -> Calibration:
     docstring); sim.quality.assess adds the quality of its replay of each."""
     if not runs:
         raise CostError("calibrate needs at least one run")
-    fitted = [_fit_one(run) for run in runs]
+    idle = fit_idle_share(*runs)  # one law for all: each run's compute taken under it
+    fitted = [_fit_one(run, idle) for run in runs]
     first = fitted[0][0]
     for run, (c, _) in zip(runs[1:], fitted[1:]):
         if dict(c.model) != dict(first.model) or c.rows != first.rows:
@@ -461,6 +475,7 @@ def _combine(calibrations: list[Calibration], runs: Sequence[MeasuredRun]) -> Ca
     bandwidth = math.inf if not any(inverse) else 1.0 / mean(inverse)
     ratio = {k: mean(c.speed_ratio[k] for c in calibrations if k in c.speed_ratio)
              for k in COMPUTE_NAMES if any(k in c.speed_ratio for c in calibrations)}
+    scalars["idle_share"] = max(c.idle_share for c in calibrations)  # the runs' joint fit (0 where none shared)
     places = {}
     for kind in COMPUTE_NAMES:
         fitted = [c.place_factors[kind] for c in calibrations if c.place_factors.get(kind)]
@@ -484,16 +499,19 @@ def quality_lines(quality: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _fit_one(run: MeasuredRun) -> tuple[Calibration, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def _fit_one(run: MeasuredRun,
+             idle: float | None = None) -> tuple[Calibration, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Every parameter fitted from one run, and the run's compute, transfer and rank spread
-    residuals (no quality yet)."""
+    residuals (no quality yet); where its ranks shared cores, its compute taken with a rank not
+    computing taking `idle` of a core (default: the run's own `fit_idle_share`)."""
     schedule = run.program.schedule
     # clock-aligned once: the overheads, latency and spread all read them; the load term only
     # where ranks share cores (module docstring)
     transfers = transfer_rows(run, loads=shared_cores(run) is not None)
     law = transfer_fit(transfers)  # (idle, load) of the transfer law, None if no receiver waited
     dispatch, send, recv = executor_overheads(run, transfers, law)
-    measured, switch, places = compute_costs(run, dispatch)
+    idle = fit_idle_share(run) if idle is None else idle
+    measured, switch, places = compute_costs(run, dispatch, idle)
     stages = run_stages(run, measured)
     diagnostics: dict[str, Any] = {}
     compute = activation = weight_memory = None
@@ -541,7 +559,8 @@ def _fit_one(run: MeasuredRun) -> tuple[Calibration, tuple[np.ndarray, np.ndarra
         allreduce_bandwidth=allreduce_bandwidth,
         parameter_bytes=parameter_bytes,
         place_factors=places,
-    ), (spread_residuals(run), transfer_residuals(transfers, law), rank_residuals(run))
+        idle_share=idle if shared_cores(run) is not None else 0.0,
+    ), (spread_residuals(run, idle), transfer_residuals(transfers, law), rank_residuals(run, idle))
 
 
 def shared_cores(run: MeasuredRun) -> int | None:
@@ -556,10 +575,12 @@ def shared_cores(run: MeasuredRun) -> int | None:
     return int(cores)
 
 
-def full_speed(step: np.ndarray, start: np.ndarray, end: np.ndarray, cores: int) -> np.ndarray:
+def full_speed(step: np.ndarray, start: np.ndarray, end: np.ndarray, cores: int, ranks: int = 0,
+               idle: float = 0.0) -> np.ndarray:
     """Per compute row (its step, start, end), the time it would have taken on a processor of
-    its own: the integral over its span of min(1, cores / k(t)), k(t) the rows of its step
-    running at t (processor sharing, sim.engine.Processors; rank clocks taken as aligned)."""
+    its own: the integral over its span of min(1, cores / (k(t) + idle x (ranks - k(t)))), k(t)
+    the rows of its step running at t (processor sharing, sim.engine.Processors, where each of
+    the `ranks` not computing takes `idle` of a core; rank clocks taken as aligned)."""
     out = np.zeros(len(start))
     for k_step in np.unique(step):
         here = step == k_step
@@ -568,10 +589,44 @@ def full_speed(step: np.ndarray, start: np.ndarray, end: np.ndarray, cores: int)
         # rows running in each segment [points[i], points[i + 1])
         running = np.searchsorted(np.sort(a), points[:-1], side="right") - np.searchsorted(np.sort(b), points[:-1],
                                                                                             side="right")
-        rate = np.minimum(1.0, cores / np.maximum(running, 1))
+        demand = np.maximum(running, 1) + idle * np.maximum(ranks - running, 0)
+        rate = np.minimum(1.0, cores / demand)
         integral = np.concatenate([[0.0], np.cumsum(np.diff(points) * rate)])
         out[here] = integral[np.searchsorted(points, b)] - integral[np.searchsorted(points, a)]
     return out
+
+
+IDLE_SHARES = tuple(i / 20 for i in range(21))  # the values fit_idle_share tries
+
+
+def fit_idle_share(*runs: MeasuredRun) -> float:
+    """The share of a core a rank that is not computing takes (sim.costs, ``idle_share``) in
+    runs whose ranks shared cores, 0 if none did: of IDLE_SHARES, the one under which the
+    actions of each cell (run, stage, kind, switch, place) come out most alike on a processor of
+    their own. Wrong shares make an action's own-core time depend on how many ranks computed
+    beside it, which the cells' spread shows; the right one removes that dependence."""
+    pieces = []  # per shared run: step, start, end, cell of each compute row, cores, ranks
+    for run in runs:
+        cores = shared_cores(run)
+        if cores is None:
+            continue
+        frame = _compute_rows(run)
+        rows = run.timeline.loc[frame.index]
+        cells = frame.groupby(["stage", "kind", "switch", "place"]).ngroup().to_numpy()
+        ranks = int(run.summary.get("local_world_size") or len(run.program.streams))
+        pieces.append((*(rows[c].to_numpy() for c in ("step", "start", "end")), cells, cores, ranks))
+    if not pieces:
+        return 0.0
+    best, least = 0.0, math.inf
+    for share in IDLE_SHARES:
+        spread = 0.0
+        for step, start, end, cells, cores, ranks in pieces:
+            own = np.log(np.maximum(full_speed(step, start, end, cores, ranks, share), 1e-12))
+            means = np.bincount(cells, own) / np.bincount(cells)
+            spread += float(np.sum((own - means[cells]) ** 2))
+        if spread < least - 1e-12:
+            best, least = share, spread
+    return best
 
 
 def data_parallel_of(run: MeasuredRun) -> int:
@@ -644,11 +699,11 @@ def anchored(fit: LinearCost, stages: list[dict], kind: str) -> LinearCost:
     return LinearCost(fit.per_layer, fixed)
 
 
-def spread_residuals(run: MeasuredRun) -> np.ndarray:
+def spread_residuals(run: MeasuredRun, idle: float | None = None) -> np.ndarray:
     """Each compute action's duration over its typical cost (`typical_costs`) times its rank's
     factor in that step (`rank_residuals`: what the rank spread draws), its deviation widened
     by sqrt(n / (n - 1)) for a step and rank of n actions (the factor is fitted on them)."""
-    frame = typical_costs(compute_frame(run))
+    frame = typical_costs(compute_frame(run, idle))
     sums = frame.groupby(["step", "rank"])[["duration", "typical"]].transform("sum")
     size = frame.groupby(["step", "rank"])["duration"].transform("size")
     keep = (size >= 2) & (frame["typical"] > 0) & (sums["duration"] > 0)
@@ -665,10 +720,10 @@ def typical_costs(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.join(typical.rename("typical"), on=keys)
 
 
-def rank_residuals(run: MeasuredRun) -> np.ndarray:
+def rank_residuals(run: MeasuredRun, idle: float | None = None) -> np.ndarray:
     """Per step and rank: its compute durations' sum over the sum of their typical costs
     (module docstring)."""
-    sums = typical_costs(compute_frame(run)).groupby(["step", "rank"])[["duration", "typical"]].sum()
+    sums = typical_costs(compute_frame(run, idle)).groupby(["step", "rank"])[["duration", "typical"]].sum()
     sums = sums[sums["typical"] > 0]
     return (sums["duration"] / sums["typical"]).to_numpy()
 
@@ -769,7 +824,7 @@ def fit_p2p(run: MeasuredRun, transfers: Sequence[TransferRow], law: tuple[float
     return max(idle - boundary / bandwidth, 0.0), bandwidth, load
 
 
-def compute_costs(run: MeasuredRun, dispatch: float) -> tuple[dict[str, list[float]], dict[str, float],
+def compute_costs(run: MeasuredRun, dispatch: float, idle: float | None = None) -> tuple[dict[str, list[float]], dict[str, float],
                                                                dict[str, tuple[float, ...]]]:
     """Per compute kind present: each stage's cost of a switching action at a later place,
     what switching adds, and the factors of a stage's first places in a step (module docstring).
@@ -781,7 +836,7 @@ def compute_costs(run: MeasuredRun, dispatch: float) -> tuple[dict[str, list[flo
     holds the loop's gap, which the measured row leaves out). The model value = c[stage] x
     f[class] + switch x switching, f = 1 for later actions, is fitted by `fit_cells`.
     """
-    frame = compute_frame(run)
+    frame = compute_frame(run, idle)
     top = later_place(run)
     frame["duration"] += dispatch
     costs, extra, factors = {}, {}, {}
@@ -880,10 +935,8 @@ def later_place(run: MeasuredRun) -> int:
     return min(PLACES, run.program.schedule.microbatches - 1)
 
 
-def compute_frame(run: MeasuredRun) -> pd.DataFrame:
-    """The run's compute rows: step, rank, stage, kind, switch (schedules.analysis.switches),
-    place class (schedules.analysis.places up to `later_place`) and duration (seconds; for
-    ranks that shared fewer cores than there were ranks, `full_speed`)."""
+def _compute_rows(run: MeasuredRun) -> pd.DataFrame:
+    """The run's compute rows as measured (compute_frame's columns, wall durations)."""
     timeline = run.timeline
     top = later_place(run)
     flags = [switches(stream) for stream in run.program.streams]
@@ -896,11 +949,21 @@ def compute_frame(run: MeasuredRun) -> pd.DataFrame:
         "place": [min(order[r][i], top) for r, i in zip(ranks, position)],
         "duration": timeline["end"] - timeline["start"],
     })
-    frame = frame[timeline["kind"].isin(COMPUTE_NAMES)].copy()
+    return frame[timeline["kind"].isin(COMPUTE_NAMES)].copy()
+
+
+def compute_frame(run: MeasuredRun, idle: float | None = None) -> pd.DataFrame:
+    """The run's compute rows: step, rank, stage, kind, switch (schedules.analysis.switches),
+    place class (schedules.analysis.places up to `later_place`) and duration (seconds; for
+    ranks that shared fewer cores than there were ranks, `full_speed` with `idle` the share of
+    a core a rank not computing takes, default the run's own `fit_idle_share`)."""
+    frame = _compute_rows(run)
     cores = shared_cores(run)
     if cores is not None:  # what each action would have cost on its own processor
-        rows = timeline.loc[frame.index]
-        frame["duration"] = full_speed(rows["step"].to_numpy(), rows["start"].to_numpy(), rows["end"].to_numpy(), cores)
+        rows = run.timeline.loc[frame.index]
+        ranks = int(run.summary.get("local_world_size") or len(run.program.streams))
+        frame["duration"] = full_speed(rows["step"].to_numpy(), rows["start"].to_numpy(), rows["end"].to_numpy(),
+                                       cores, ranks, fit_idle_share(run) if idle is None else idle)
     return frame
 
 

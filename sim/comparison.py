@@ -156,13 +156,15 @@ class ComputeLevel(NamedTuple):
 def compute_level(run: MeasuredRun, costs: CostModel, dispatch: float = 0.0) -> ComputeLevel:
     """The run's compute per step (`measured_compute`) and `costs`' for its program
     (`sim.engine.compute_seconds`)."""
-    return ComputeLevel(measured_compute(run, dispatch), compute_seconds(run.program, costs))
+    return ComputeLevel(measured_compute(run, dispatch, costs.idle_share), compute_seconds(run.program, costs))
 
 
-def measured_compute(run: MeasuredRun, dispatch: float = 0.0) -> float:
+def measured_compute(run: MeasuredRun, dispatch: float = 0.0, idle: float | None = None) -> float:
     """The run's compute in a step, seconds: summed over ranks, each compute row on a processor
-    of its own plus `dispatch`, median over steps (module docstring, ``compute_measured``)."""
-    frame = compute_frame(run)
+    of its own plus `dispatch`, median over steps (module docstring, ``compute_measured``);
+    where the ranks shared cores, a rank not computing taking `idle` of one (the cost model's,
+    so that the level and the simulation share one law; default: the run's own fit)."""
+    frame = compute_frame(run, idle)
     if not len(frame):
         return 0.0
     return float((frame["duration"] + dispatch).groupby(frame["step"]).sum().median())

@@ -81,6 +81,11 @@ shares that many processors, as on one host whose CPU executor runs more ranks t
 cores (4 ranks on 2 cores): while k compute actions run, each advances at min(1, cores / k)
 of its speed (processor sharing, the average of an operating system's time slices). A rank
 waiting in a RECV takes none. sim.calibration takes it from the predicted run's host.
+``idle_share`` (default 0, with ``cores``): the share of a core a rank takes while it is not
+computing (the executor's own work between actions, receives that wake and poll): while k of
+the R ranks compute, each advances at min(1, cores / (k + idle_share x (R - k))). Measured
+runs of short actions need it (bench/processor_sharing.py); sim.calibration fits it from a
+run whose ranks shared cores.
 Data parallelism: a program lowered for d > 1 replicas (``schedules.lower(schedule, d)``)
 holds one REDUCE_GRAD per stage. It all-reduces ``grad_reduce_bytes`` of that stage (per
 stage, scalar split over a rank's v stages like compute) over ``data_parallel`` = d ranks in
@@ -193,6 +198,7 @@ class ResolvedCosts:
     draws: int = 1
     reduce_grad: tuple[int, ...] = ()  # per stage: ns of its REDUCE_GRAD all-reduce
     cores: int = 0  # processors the ranks' compute shares (0: each rank has its own)
+    idle_share: float = 0.0  # share of a core a rank not computing takes, where cores are shared
     transfer_load: int = 0  # ns a transfer takes longer per rank computing meanwhile
 
 
@@ -255,6 +261,7 @@ class CostModel:
     allreduce_latency: float = 0.0
     allreduce_bandwidth: float = math.inf
     cores: int | None = None
+    idle_share: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("forward", "p2p_activation_bytes", "activation_memory", "static_memory"):
@@ -294,6 +301,9 @@ class CostModel:
         object.__setattr__(self, "place_factors", tuple((k, checked[k]) for k in COMPUTE_NAMES if checked.get(k)))
         if self.cores is not None and (isinstance(self.cores, bool) or not isinstance(self.cores, int) or self.cores < 1):
             raise CostError(f"cores must be a positive integer or null, got {self.cores!r}")
+        if isinstance(self.idle_share, bool) or not isinstance(self.idle_share, (int, float)) or not (
+                0.0 <= self.idle_share <= 1.0):
+            raise CostError(f"idle_share must be a number from 0 to 1, got {self.idle_share!r}")
         draws = self.spread_draws
         if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
             raise CostError(f"spread_draws must be an integer >= 1, got {draws!r}")
@@ -388,6 +398,7 @@ class CostModel:
             rank_spread=self.rank_spread,
             draws=self.spread_draws if self.duration_spread or self.transfer_spread or self.rank_spread else 1,
             cores=self.cores or 0,
+            idle_share=float(self.idle_share),
             transfer_load=round(self.p2p_load_latency * NS_PER_S),
             reduce_grad=tuple(
                 self.allreduce_ns(b) for b in _per_stage("grad_reduce_bytes", self.grad_reduce_bytes, n, v)

@@ -24,7 +24,8 @@ Semantics (times are integer nanoseconds, so results are exact and deterministic
 With ``cores`` (sim.costs; one host's CPU executor running more ranks than it has cores) the
 ranks' compute shares that many processors: while k actions compute, each advances at
 min(1, cores / k) of its speed (processor sharing; class Processors). Ranks waiting in a RECV
-take no processor.
+take no processor, or ``idle_share`` of one (sim.costs): each then advances at
+min(1, cores / (k + idle_share x (R - k))) with R ranks.
 
 With ``p2p_load_latency`` (sim.costs) a transfer is slower while ranks compute: it advances at
 1 / (t + load x k) of its whole per nanosecond, t its time on an idle machine and k the ranks
@@ -100,7 +101,7 @@ def simulate(schedule_or_program: Schedule | Program, costs: CostModel) -> SimRe
         records = median_draw(compiled, resolved)
     else:
         records = replay(compiled, resolved.contention, resolved.send_overhead, resolved.recv_overhead,
-                         resolved.cores, resolved.transfer_load)
+                         resolved.cores, resolved.transfer_load, resolved.idle_share)
     _check_finished(program, records)
     return SimResult.from_records(program, costs, resolved, records)
 
@@ -221,7 +222,7 @@ def median_draw(compiled: Compiled, costs: ResolvedCosts) -> list[RankRecord]:
 
     def run(draw: int) -> list[RankRecord]:
         return replay(spread_draw(compiled, tables, draw), costs.contention, costs.send_overhead,
-                      costs.recv_overhead, costs.cores, costs.transfer_load)
+                      costs.recv_overhead, costs.cores, costs.transfer_load, costs.idle_share)
 
     makespans = sorted((makespan_ns(run(draw)), draw) for draw in range(costs.draws))
     return run(makespans[(len(makespans) - 1) // 2][1])
@@ -233,16 +234,17 @@ def makespan_ns(records: list[RankRecord]) -> int:
 
 
 def replay(compiled: Compiled, contention: bool, send_overhead: int = 0, recv_overhead: int = 0,
-           cores: int = 0, load: int = 0) -> list[RankRecord]:
+           cores: int = 0, load: int = 0, idle: float = 0.0) -> list[RankRecord]:
     """Replay compiled streams in the SimPy model; returns what each rank's process recorded
-    (overheads in ns; `cores` > 0: the ranks' compute shares that many processors; `load` > 0:
+    (overheads in ns; `cores` > 0: the ranks' compute shares that many processors, ranks not
+    computing taking `idle` of one each; `load` > 0:
     ns a transfer takes longer per rank computing while it is on the wire, class Wire)."""
     env = simpy.Environment()
     arrivals = [-1] * compiled.num_transfers  # arrival time of each transfer, -1 until sent
     waiters: dict[int, simpy.Event] = {}  # transfer id -> event of the rank blocked on it
     link_free = [0] * compiled.num_links  # time each directed link finishes its last transfer
     records = [RankRecord() for _ in compiled.ops]
-    shared = Processors(env, cores) if 0 < cores < len(compiled.ops) else None
+    shared = Processors(env, cores, len(compiled.ops), idle) if 0 < cores < len(compiled.ops) else None
     wire = Wire(env, load, compiled.num_links, contention, arrivals, waiters) if load > 0 else None
     for ops, out in zip(compiled.ops, records):
         env.process(
@@ -254,13 +256,15 @@ def replay(compiled: Compiled, contention: bool, send_overhead: int = 0, recv_ov
 
 
 class Processors:
-    """`cores` processors shared by the ranks' compute (processor sharing, as an operating
+    """`cores` processors shared by `ranks` ranks' compute (processor sharing, as an operating
     system's time slices do on average): while k actions compute, each advances at
-    min(1, cores / k) of its own speed. An action's work is its cost in ns at full speed;
-    completions are rounded up to whole nanoseconds, so times stay integers."""
+    min(1, cores / (k + idle x (ranks - k))) of its own speed, `idle` the share of a core a rank
+    not computing takes (0: processor sharing among compute alone). An action's work is its
+    cost in ns at full speed; completions are rounded up to whole nanoseconds, so times stay
+    integers."""
 
-    def __init__(self, env: simpy.Environment, cores: int) -> None:
-        self.env, self.cores = env, cores
+    def __init__(self, env: simpy.Environment, cores: int, ranks: int = 0, idle: float = 0.0) -> None:
+        self.env, self.cores, self.ranks, self.idle = env, cores, ranks, idle
         self.jobs: dict[int, list] = {}  # job number -> [work left (ns at full speed), event]
         self.count = 0
         self.since = 0  # when the work left was last brought up to date
@@ -276,7 +280,8 @@ class Processors:
         return event
 
     def _rate(self) -> float:
-        return min(1.0, self.cores / len(self.jobs))
+        k = len(self.jobs)
+        return min(1.0, self.cores / (k + self.idle * max(self.ranks - k, 0)))
 
     def _advance(self) -> None:
         now = self.env.now

@@ -32,7 +32,7 @@ from schedules import ScheduleError
 from schedules.timeline import TIMELINE_COLUMNS
 from sim import CostError, CostModel, simulate
 from schedules.stages import balanced_layers, role_of
-from sim.calibration import Calibration, calibrate
+from sim.calibration import Calibration, calibrate, calibrate_runs, fit_idle_share
 from sim.transfers import transfer_rows, transfer_time
 from sim.__main__ import main
 from sim.comparison import compare_run
@@ -68,6 +68,7 @@ def stage_value(table, kind, role, layers):
 
 PLACES: dict = {}  # the machine's place factors (none unless a test sets them)
 CORES = None  # processors the machine's ranks share (None: one each, unless a test sets them)
+IDLE = 0.0  # with CORES: the share of a core a rank not computing takes
 LOAD = 0.0  # what a transfer takes longer per rank computing meanwhile (none unless a test sets it)
 
 
@@ -80,7 +81,7 @@ def true_costs(num_stages: int) -> CostModel:
         forward=per["F"], backward_full=per["B"], p2p_latency=LATENCY, p2p_bandwidth=BANDWIDTH,
         p2p_activation_bytes=BOUNDARY, activation_memory=[ACT_FIXED[r] + n * ACT_PER_LAYER for r, n in zip(roles, counts)],
         send_overhead=SEND, recv_overhead=RECV, step_overhead=STEP,
-        switch_forward=SWITCH["F"], switch_backward=SWITCH["B"], place_factors=PLACES, cores=CORES,
+        switch_forward=SWITCH["F"], switch_backward=SWITCH["B"], place_factors=PLACES, cores=CORES, idle_share=IDLE,
         p2p_load_latency=LOAD,
     )
 
@@ -312,6 +313,42 @@ def test_ranks_sharing_one_core_are_calibrated_at_full_speed(tmp_path, monkeypat
     (tmp_path / "calib" / "summary.json").write_text(json.dumps(summary))
     slowed = calibrate(read_measured(tmp_path / "calib"))
     assert all(a["B"] > b["B"] * 1.01 for a, b in zip(slowed.stages, c.stages))
+
+
+@pytest.mark.parametrize("idle", [0.6, 1.0])
+def test_idle_ranks_share_of_a_core_is_recovered(tmp_path, monkeypatch, idle):
+    """Two ranks on one core where a rank that is not computing still takes `idle` of it (the
+    executor's own work, receives that poll): an action alone runs at 1 / (1 + idle) of its
+    speed. The calibration finds the share (of IDLE_SHARES, the one under which each cell's
+    actions are alike on a core of their own), gives back the per-layer and fixed costs, replays
+    its run and predicts GPipe and interleaved runs under the same sharing; processor sharing
+    among compute alone (share 0) fits the slowed times and misses them."""
+    monkeypatch.setitem(globals(), "CORES", 1)
+    monkeypatch.setitem(globals(), "IDLE", idle)
+    monkeypatch.setitem(globals(), "DISPATCH", 0.0)  # a measured row ends at its action's end
+    write_run(tmp_path / "calib", "1f1b", 8, profile=True)
+    run = read_measured(tmp_path / "calib")
+    assert fit_idle_share(run) == idle
+    c = calibrate(run)
+    assert c.idle_share == idle and c.for_run(run).idle_share == idle
+    for kind in ("F", "B"):
+        assert c.compute[kind].per_layer == pytest.approx(PER_LAYER[kind], rel=1e-6)
+    comparison, _ = compare_run(run, c.for_run(run))
+    assert abs(comparison.step_time_error) < 1e-6
+    for name, m, chunks in (("gpipe", 4, None), ("interleaved", 8, 2)):
+        truth = write_run(tmp_path / f"{name}-{m}", name, m, chunks)
+        held_out = read_measured(tmp_path / f"{name}-{m}")
+        assert simulate(held_out.program, c.for_run(held_out)).step_time == pytest.approx(truth, rel=1e-6)
+        unshared = dataclasses.replace(c.for_run(held_out), idle_share=0.0)
+        assert abs(simulate(held_out.program, unshared).step_time / truth - 1) > 0.05
+    assert Calibration.from_dict(json.loads(json.dumps(c.to_dict()))).idle_share == idle
+    # Several runs: one share over all their cells, which predicts a third schedule exactly.
+    write_run(tmp_path / "calib-interleaved", "interleaved", 8, 2, profile=True)
+    both = calibrate_runs([run, read_measured(tmp_path / "calib-interleaved")])
+    assert both.idle_share == idle
+    truth = write_run(tmp_path / "zb-h1", "zb-h1", 6)
+    held_out = read_measured(tmp_path / "zb-h1")
+    assert simulate(held_out.program, both.for_run(held_out)).step_time == pytest.approx(truth, rel=1e-6)
 
 
 @pytest.mark.parametrize("name,m,chunks", [("gpipe", 4, None), ("1f1b", 16, None), ("interleaved", 8, 2),

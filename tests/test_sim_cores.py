@@ -70,3 +70,32 @@ def test_enough_cores_change_nothing_and_fewer_obey_the_bounds(seed: int) -> Non
 def test_cores_must_be_a_positive_integer(bad) -> None:
     with pytest.raises(CostError, match="cores must be a positive integer"):
         CostModel(forward=1.0, backward_full=2.0, cores=bad)
+
+
+@pytest.mark.parametrize("name", ["1f1b", "zb-h1", "gpipe"])
+def test_idle_ranks_taking_a_full_share_slow_every_action_alike(name: str) -> None:
+    """With idle_share 1 every rank takes a share of the cores whether it computes or not, so
+    4 ranks on 2 cores each run at 2 / 4 of their speed at every moment: the timeline is the one
+    on processors of their own with every compute cost doubled."""
+    shared = CostModel(forward=1.0, backward_full=2.0, backward_input=1.0, backward_weight=1.0, cores=2,
+                       idle_share=1.0)
+    doubled = CostModel(forward=2.0, backward_full=4.0, backward_input=2.0, backward_weight=2.0)
+    schedule = schedules.build(name, ranks=4, microbatches=8)
+    assert rows(simulate(schedule, shared)) == rows(simulate(schedule, doubled))
+
+
+def test_idle_share_by_hand() -> None:
+    """GPipe, 2 ranks on 1 core, F = 1 s, idle share 0.5: an action alone runs at 1 / 1.5 of
+    its speed, two together at 1 / 2 each. Rank 0's F0 alone: 0..1.5; its F1 beside rank 1's F0
+    from 1.5: both end at 3.5; rank 1's F1 alone: 3.5..5 (idle share 0: 1, 3 and 4)."""
+    idle = CostModel(forward=1.0, backward_full=2.0, cores=1, idle_share=0.5)
+    got = rows(simulate(schedules.build("gpipe", ranks=2, microbatches=2), idle))
+    assert got["0F0"] == (0.0, 1.5)
+    assert got["0F1"] == (1.5, 3.5) and got["1F0"] == (1.5, 3.5)
+    assert got["1F1"] == (3.5, 5.0)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, True, "half"])
+def test_idle_share_out_of_range_is_refused(bad) -> None:
+    with pytest.raises(CostError, match="idle_share"):
+        CostModel(forward=1.0, backward_full=2.0, cores=2, idle_share=bad)
