@@ -1,12 +1,12 @@
 """bench/zero_bubble_vs_1f1b.py: its statistics in closed form, a tiny end-to-end run, bad flags."""
 
-import importlib.util
 import random
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "zero_bubble_vs_1f1b.py"
 TINY = ["--layers", "4", "--hidden", "32", "--heads", "2", "--seq-len", "8", "--vocab", "32", "--batch-size", "8",
@@ -14,11 +14,7 @@ TINY = ["--layers", "4", "--hidden", "32", "--heads", "2", "--seq-len", "8", "--
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("zero_bubble_vs_1f1b", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def test_quantile_interpolates_linearly():

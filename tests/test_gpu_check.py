@@ -7,7 +7,6 @@ microbatch; gpt for the checks); weights and batch bytes are checked in closed f
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import os
 import shutil
@@ -16,17 +15,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "gpu_check.sh"
 
 
 def load_report():
-    spec = importlib.util.spec_from_file_location("gpu_check_report", ROOT / "bench" / "gpu_check_report.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "bench" / "gpu_check_report.py")
 
 
 R = load_report()

@@ -1,7 +1,6 @@
 """bench/processor_sharing.py: flat under the engine's own processor sharing, u = 1 in closed form
 when idle ranks take the cores as well, and one clear line for a run it cannot read."""
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -11,15 +10,13 @@ import pytest
 
 import schedules
 from sim import CostModel, simulate
+from scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "processor_sharing.py"
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("processor_sharing", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 @pytest.mark.parametrize("name", ["gpipe", "1f1b", "zb-h1"])

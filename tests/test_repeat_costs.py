@@ -7,7 +7,6 @@ machine whose switch costs are SWITCH), so every measured and modelled value is 
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -21,15 +20,13 @@ from test_calibrate import write_run
 
 from sim.calibration import calibrate_runs
 from sim.measured import read_measured
+from scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "repeat_costs.py"
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("repeat_costs", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 @pytest.mark.parametrize("m", [1, 3, 6])

@@ -1,20 +1,15 @@
 """bench/validate_sim.py: the ranking checks, on a hand-made results table."""
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pandas as pd
+from scripts import load_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "validate_sim.py"
 
 
 def load_bench():
-    spec = importlib.util.spec_from_file_location("validate_sim", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def row(schedule, runs, predicted):

@@ -5,9 +5,7 @@ Table 5, from its profiled costs, Table 9), and the Python / CSV round trip."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,16 +16,13 @@ from schedules import ScheduleError
 from schedules.zb_auto import GRID, AutoCosts, Policy, heuristic, peak_memory, plan
 from sim import CostModel, simulate
 from sim.zb_search import Objective, auto_costs, auto_schedule, score
+from scripts import load_script
 
 DATA = Path(__file__).resolve().parents[1] / "bench" / "zero_bubble_paper.py"
 
 
 def load_paper():
-    spec = importlib.util.spec_from_file_location("zero_bubble_paper", DATA)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(DATA)
 
 
 PAPER = load_paper()

@@ -4,24 +4,19 @@ costs (Table 9): the hand-written orders reproduce them to the published 4 decim
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
 import schedules
 from sim import simulate
+from scripts import load_script
 
 DATA = Path(__file__).resolve().parents[1] / "bench" / "zero_bubble_paper.py"
 
 
 def load_paper():
-    spec = importlib.util.spec_from_file_location("zero_bubble_paper", DATA)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the file runs
-    spec.loader.exec_module(module)
-    return module
+    return load_script(DATA)
 
 
 PAPER = load_paper()
