@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from sim.calibration import COMPUTE_NAMES, full_speed, shared_cores  # noqa: E402
+from sim.calibration import COMPUTE_NAMES, full_speed, host_ranks, shared_cores  # noqa: E402
 from sim.measured import read_measured  # noqa: E402
 
 BINS = [0.0, 1.1, 1.45, 1.75, np.inf]  # mean concurrency over an action's span, in cores
@@ -65,7 +65,7 @@ def read_shared(path: str) -> tuple[pd.DataFrame, int, int]:
     cores = shared_cores(run)
     if cores is None:
         raise ValueError(f"{path}: its ranks did not share cores (summary.json's cpu_cores, local_world_size)")
-    return run.timeline, cores, int(run.summary.get("local_world_size") or len(run.program.streams))
+    return run.timeline, cores, host_ranks(run)
 
 
 def main() -> int:

@@ -446,7 +446,8 @@ def calibrate_runs(runs: Sequence[MeasuredRun]) -> Calibration:
     calibration = first if len(fitted) == 1 else _combine([c for c, _ in fitted], runs)
     pooled = [np.concatenate([r[j] for _, r in fitted]) for j in (0, 1, 2)]
     calibration = replace(calibration, duration_spread=spread_quantiles(pooled[0]),
-                          transfer_spread=spread_quantiles(pooled[1]), rank_spread=spread_quantiles(pooled[2]))
+                          transfer_spread=spread_quantiles(pooled[1]), rank_spread=spread_quantiles(pooled[2]),
+                          idle_share=idle)
     return calibration
 
 
@@ -475,7 +476,6 @@ def _combine(calibrations: list[Calibration], runs: Sequence[MeasuredRun]) -> Ca
     bandwidth = math.inf if not any(inverse) else 1.0 / mean(inverse)
     ratio = {k: mean(c.speed_ratio[k] for c in calibrations if k in c.speed_ratio)
              for k in COMPUTE_NAMES if any(k in c.speed_ratio for c in calibrations)}
-    scalars["idle_share"] = max(c.idle_share for c in calibrations)  # the runs' joint fit (0 where none shared)
     places = {}
     for kind in COMPUTE_NAMES:
         fitted = [c.place_factors[kind] for c in calibrations if c.place_factors.get(kind)]
@@ -499,18 +499,16 @@ def quality_lines(quality: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _fit_one(run: MeasuredRun,
-             idle: float | None = None) -> tuple[Calibration, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def _fit_one(run: MeasuredRun, idle: float) -> tuple[Calibration, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Every parameter fitted from one run, and the run's compute, transfer and rank spread
     residuals (no quality yet); where its ranks shared cores, its compute taken with a rank not
-    computing taking `idle` of a core (default: the run's own `fit_idle_share`)."""
+    computing taking `idle` of a core (`fit_idle_share`, over every run calibrated with it)."""
     schedule = run.program.schedule
     # clock-aligned once: the overheads, latency and spread all read them; the load term only
     # where ranks share cores (module docstring)
     transfers = transfer_rows(run, loads=shared_cores(run) is not None)
     law = transfer_fit(transfers)  # (idle, load) of the transfer law, None if no receiver waited
     dispatch, send, recv = executor_overheads(run, transfers, law)
-    idle = fit_idle_share(run) if idle is None else idle
     measured, switch, places = compute_costs(run, dispatch, idle)
     stages = run_stages(run, measured)
     diagnostics: dict[str, Any] = {}
@@ -559,7 +557,7 @@ def _fit_one(run: MeasuredRun,
         allreduce_bandwidth=allreduce_bandwidth,
         parameter_bytes=parameter_bytes,
         place_factors=places,
-        idle_share=idle if shared_cores(run) is not None else 0.0,
+        idle_share=idle,
     ), (spread_residuals(run, idle), transfer_residuals(transfers, law), rank_residuals(run, idle))
 
 
@@ -573,6 +571,12 @@ def shared_cores(run: MeasuredRun) -> int | None:
     if summary.get("device") != "cpu" or not cores or local != world or cores >= world:
         return None
     return int(cores)
+
+
+def host_ranks(run: MeasuredRun) -> int:
+    """The ranks on the run's host (summary.json's ``local_world_size``; every rank where it is
+    not recorded): with `shared_cores`, the R of the idle share's law (sim.costs)."""
+    return int(run.summary.get("local_world_size") or len(run.program.streams))
 
 
 def full_speed(step: np.ndarray, start: np.ndarray, end: np.ndarray, cores: int, ranks: int = 0,
@@ -613,8 +617,7 @@ def fit_idle_share(*runs: MeasuredRun) -> float:
         frame = _compute_rows(run)
         rows = run.timeline.loc[frame.index]
         cells = frame.groupby(["stage", "kind", "switch", "place"]).ngroup().to_numpy()
-        ranks = int(run.summary.get("local_world_size") or len(run.program.streams))
-        pieces.append((*(rows[c].to_numpy() for c in ("step", "start", "end")), cells, cores, ranks))
+        pieces.append((*(rows[c].to_numpy() for c in ("step", "start", "end")), cells, cores, host_ranks(run)))
     if not pieces:
         return 0.0
     best, least = 0.0, math.inf
@@ -824,8 +827,8 @@ def fit_p2p(run: MeasuredRun, transfers: Sequence[TransferRow], law: tuple[float
     return max(idle - boundary / bandwidth, 0.0), bandwidth, load
 
 
-def compute_costs(run: MeasuredRun, dispatch: float, idle: float | None = None) -> tuple[dict[str, list[float]], dict[str, float],
-                                                               dict[str, tuple[float, ...]]]:
+def compute_costs(run: MeasuredRun, dispatch: float, idle: float | None = None
+                  ) -> tuple[dict[str, list[float]], dict[str, float], dict[str, tuple[float, ...]]]:
     """Per compute kind present: each stage's cost of a switching action at a later place,
     what switching adds, and the factors of a stage's first places in a step (module docstring).
 
@@ -961,9 +964,8 @@ def compute_frame(run: MeasuredRun, idle: float | None = None) -> pd.DataFrame:
     cores = shared_cores(run)
     if cores is not None:  # what each action would have cost on its own processor
         rows = run.timeline.loc[frame.index]
-        ranks = int(run.summary.get("local_world_size") or len(run.program.streams))
         frame["duration"] = full_speed(rows["step"].to_numpy(), rows["start"].to_numpy(), rows["end"].to_numpy(),
-                                       cores, ranks, fit_idle_share(run) if idle is None else idle)
+                                       cores, host_ranks(run), fit_idle_share(run) if idle is None else idle)
     return frame
 
 
