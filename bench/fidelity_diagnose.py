@@ -18,13 +18,14 @@ prints:
   right; ``step mean`` vs ``trace`` is what replaying mean costs loses to the spread of the
   durations (a step's makespan is a max over paths);
 - the self-replay with typical costs, then adding the compute spread, the transfer spread
-  and the rank spread (all three: the calibration's model).
+  and the rank and step spreads (all: the calibration's model).
 
 Writes nothing; the numbers are what README's "Where the time goes at small microbatches" quotes.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import sys
 from pathlib import Path
@@ -33,7 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
+from schedules.errors import ScheduleError  # noqa: E402
 from schedules.ir import COMPUTE_NAMES, SEND_NAMES  # noqa: E402
+from sim.costs import CostError  # noqa: E402
 from sim.calibration import calibrate, compute_frame  # noqa: E402
 from sim.engine import Compiled, _COMPUTE, compile_program, replay  # noqa: E402
 from sim.measured import read_measured  # noqa: E402
@@ -138,19 +141,31 @@ def diagnose(path: str) -> None:
           f"({np.median(trace) / np.median(mk) - 1:+.1%}); step-mean replay {np.median(mean_rep):.2f} "
           f"({np.median(mean_rep) / np.median(mk) - 1:+.1%}); calibrated replay {sim.makespan * 1e3:.2f} "
           f"({sim.makespan * 1e3 / np.median(mk) - 1:+.1%})")
-    plain = dataclasses.replace(costs, duration_spread=(), transfer_spread=(), rank_spread=())
-    compute_only = dataclasses.replace(costs, transfer_spread=(), rank_spread=())
-    no_rank = dataclasses.replace(costs, rank_spread=())
+    plain = dataclasses.replace(costs, duration_spread=(), transfer_spread=(), rank_spread=(), step_spread=())
+    compute_only = dataclasses.replace(costs, transfer_spread=(), rank_spread=(), step_spread=())
+    no_rank = dataclasses.replace(costs, rank_spread=(), step_spread=())
     ms = np.median(st)
     print("self-replay step time vs measured median: " + "; ".join(
         f"{label} {simulate(program, c).step_time * 1e3:.2f} ms ({simulate(program, c).step_time * 1e3 / ms - 1:+.1%})"
         for label, c in (("typical costs", plain), ("+ compute spread", compute_only), ("+ transfer spread", no_rank),
-                         ("+ rank spread", costs))))
+                         ("+ rank and step spreads", costs))))
     per_step = trace / mk - 1
     print(f"trace replay error per step: median {np.median(per_step):+.1%}, min {per_step.min():+.1%}, "
           f"max {per_step.max():+.1%}")
 
 
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Where a self-replay's missing time goes, per run.")
+    parser.add_argument("runs", nargs="+", help="run directories (python -m runtime --out DIR --profile-layers)")
+    args = parser.parse_args(argv)
+    for path in args.runs:
+        try:
+            diagnose(path)
+        except (ScheduleError, CostError) as exc:
+            print(f"error: {path}: {exc}", file=sys.stderr)
+            return 2
+    return 0
+
+
 if __name__ == "__main__":
-    for arg in sys.argv[1:]:
-        diagnose(arg)
+    sys.exit(main())

@@ -48,11 +48,17 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   rank in the step, summarised as SPREAD_QUANTILES evenly spaced quantiles scaled to mean 1
   (the typical costs are means), which the simulator draws from (sim.costs; SPREAD_DRAWS
   replays, median draw).
-- **rank_spread**: slowness shared by a rank's compute in a step (a rank that loses its
-  core for a while slows all its actions at once; independent draws per action would
-  average that out): per step and rank, the sum of its compute durations over the sum of
-  their typical costs, as SPREAD_QUANTILES quantiles scaled to mean 1; the simulator gives
-  each rank one such factor per draw.
+- **step_spread, rank_spread**: slowness shared by all of a step's compute, and by a rank's
+  compute in a step (a machine that computes slower for a while slows every rank at once, a
+  rank that loses its core slows only its own actions; independent draws per action would
+  average both out). A rank's factor in a step is the sum of its compute durations over the
+  sum of their typical costs; the step's factor the same over all its ranks' compute; the
+  rank's own factor is its factor over the step's, its deviation from 1 widened by
+  sqrt(R / (R - 1)) for the R ranks the step's factor was taken over. Each as
+  SPREAD_QUANTILES quantiles scaled to mean 1; the simulator gives every rank the same step
+  factor per draw and each rank its own factor. On sweep 9's 1F1B calibration runs the
+  ranks' factors in a step correlate (0.36 on average, 0.8 at gpt 8 rows p=2): drawn per
+  rank alone, that shared part lengthened the slowest path of a draw more than the runs'.
 - **transfer_spread**: the same for transfer times: each in-run transfer time (below)
   over the transfer law's at the loads it saw, as SPREAD_QUANTILES quantiles scaled to mean 1.
   On a loaded machine a transfer waits for the sending or receiving thread to get a core, and
@@ -215,6 +221,7 @@ class Calibration:
     duration_spread: tuple[float, ...] = ()
     transfer_spread: tuple[float, ...] = ()
     rank_spread: tuple[float, ...] = ()
+    step_spread: tuple[float, ...] = ()
     diagnostics: Mapping[str, Any] = field(default_factory=dict)
     quality: Mapping[str, Any] = field(default_factory=dict)
     data_parallel: int = 1
@@ -292,6 +299,7 @@ class Calibration:
             duration_spread=self.duration_spread,
             transfer_spread=self.transfer_spread,
             rank_spread=self.rank_spread,
+            step_spread=self.step_spread,
             spread_draws=SPREAD_DRAWS,
         )
 
@@ -359,6 +367,10 @@ class Calibration:
         if self.rank_spread:
             q = np.quantile(self.rank_spread, [0.1, 0.5, 0.9])
             lines.append(f"  a rank's compute in a step: 10/50/90th percentile x{q[0]:.2f} x{q[1]:.2f} x{q[2]:.2f} "
+                         "of its step's")
+        if self.step_spread:
+            q = np.quantile(self.step_spread, [0.1, 0.5, 0.9])
+            lines.append(f"  all ranks' compute in a step: 10/50/90th percentile x{q[0]:.2f} x{q[1]:.2f} x{q[2]:.2f} "
                          "of its typical")
         if self.transfer_spread:
             q = np.quantile(self.transfer_spread, [0.1, 0.5, 0.9])
@@ -403,6 +415,7 @@ class Calibration:
             values["duration_spread"] = tuple(values.get("duration_spread", ()))
             values["transfer_spread"] = tuple(values.get("transfer_spread", ()))
             values["rank_spread"] = tuple(values.get("rank_spread", ()))
+            values["step_spread"] = tuple(values.get("step_spread", ()))
             values["place_factors"] = {k: tuple(v) for k, v in values.get("place_factors", {}).items()}
             if values.get("compute") is not None:
                 values["compute"] = {k: LinearCost(**v) for k, v in values["compute"].items()}
@@ -444,10 +457,10 @@ def calibrate_runs(runs: Sequence[MeasuredRun]) -> Calibration:
         if (c.compute is None) != (first.compute is None):
             raise CostError(f"{run.path} and {runs[0].path}: either all runs have a profile.json or none")
     calibration = first if len(fitted) == 1 else _combine([c for c, _ in fitted], runs)
-    pooled = [np.concatenate([r[j] for _, r in fitted]) for j in (0, 1, 2)]
+    pooled = [np.concatenate([r[j] for _, r in fitted]) for j in range(4)]
     calibration = replace(calibration, duration_spread=spread_quantiles(pooled[0]),
                           transfer_spread=spread_quantiles(pooled[1]), rank_spread=spread_quantiles(pooled[2]),
-                          idle_share=idle)
+                          step_spread=spread_quantiles(pooled[3]), idle_share=idle)
     return calibration
 
 
@@ -499,9 +512,10 @@ def quality_lines(quality: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _fit_one(run: MeasuredRun, idle: float) -> tuple[Calibration, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Every parameter fitted from one run, and the run's compute, transfer and rank spread
-    residuals (no quality yet); where its ranks shared cores, its compute taken with a rank not
+def _fit_one(run: MeasuredRun, idle: float
+             ) -> tuple[Calibration, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """Every parameter fitted from one run, and the run's compute, transfer, rank and step
+    spread residuals (no quality yet); where its ranks shared cores, its compute taken with a rank not
     computing taking `idle` of a core (`fit_idle_share`, over every run calibrated with it)."""
     schedule = run.program.schedule
     # clock-aligned once: the overheads, latency and spread all read them; the load term only
@@ -558,7 +572,7 @@ def _fit_one(run: MeasuredRun, idle: float) -> tuple[Calibration, tuple[np.ndarr
         parameter_bytes=parameter_bytes,
         place_factors=places,
         idle_share=idle,
-    ), (spread_residuals(run, idle), transfer_residuals(transfers, law), rank_residuals(run, idle))
+    ), (spread_residuals(run, idle), transfer_residuals(transfers, law), *rank_residuals(run, idle))
 
 
 def shared_cores(run: MeasuredRun) -> int | None:
@@ -723,12 +737,18 @@ def typical_costs(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.join(typical.rename("typical"), on=keys)
 
 
-def rank_residuals(run: MeasuredRun, idle: float | None = None) -> np.ndarray:
-    """Per step and rank: its compute durations' sum over the sum of their typical costs
-    (module docstring)."""
+def rank_residuals(run: MeasuredRun, idle: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The rank spread's residuals (per step and rank: the rank's own factor) and the step
+    spread's (per step: all ranks' compute over its typical cost), module docstring."""
     sums = typical_costs(compute_frame(run, idle)).groupby(["step", "rank"])[["duration", "typical"]].sum()
     sums = sums[sums["typical"] > 0]
-    return (sums["duration"] / sums["typical"]).to_numpy()
+    steps = sums.groupby(level="step").sum()
+    shared = steps["duration"] / steps["typical"]
+    own = (sums["duration"] / sums["typical"]) / shared.reindex(sums.index.get_level_values("step")).to_numpy()
+    ranks = sums.groupby(level="step").size().reindex(sums.index.get_level_values("step")).to_numpy()
+    keep = ranks >= 2  # a step of one rank: its factor is the step's
+    widened = 1.0 + (own.to_numpy()[keep] - 1.0) * np.sqrt(ranks[keep] / (ranks[keep] - 1.0))
+    return widened, shared.to_numpy()
 
 
 def spread_quantiles(residuals: np.ndarray) -> tuple[float, ...]:

@@ -15,7 +15,7 @@ Measured numbers are medians over the run's measured steps; the simulation is on
   (an error within it may be the machine's noise rather than the model's miss).
 - ``peak_activation_bytes``: per rank; measured by the executor's saved-tensor meter
   (max over steps), simulated from the cost model's per-stage activation bytes.
-- ``compute_measured``: the run's compute in a step, summed over ranks, median over steps: each
+- ``compute_measured``: the run's compute in a step, summed over ranks, mean over steps: each
   compute row on a processor of its own (`sim.calibration.compute_frame`: where ranks shared
   cores, the integral of its share) plus the executor's loop gap per action that calibrated
   costs hold (``dispatch``, `Calibration.dispatch_overhead`); ``compute_simulated``: the cost
@@ -161,13 +161,15 @@ def compute_level(run: MeasuredRun, costs: CostModel, dispatch: float = 0.0) -> 
 
 def measured_compute(run: MeasuredRun, dispatch: float = 0.0, idle: float | None = None) -> float:
     """The run's compute in a step, seconds: summed over ranks, each compute row on a processor
-    of its own plus `dispatch`, median over steps (module docstring, ``compute_measured``);
-    where the ranks shared cores, a rank not computing taking `idle` of one (the cost model's,
-    so that the level and the simulation share one law; default: the run's own fit)."""
+    of its own plus `dispatch`, mean over steps (module docstring, ``compute_measured``): the
+    calibration's typical costs are means over steps, and the spreads draw the steps' variation
+    around them, so a median here put a run at x0.94 of its own calibration; where the ranks
+    shared cores, a rank not computing taking `idle` of one (the cost model's, so that the level
+    and the simulation share one law; default: the run's own fit)."""
     frame = compute_frame(run, idle)
     if not len(frame):
         return 0.0
-    return float((frame["duration"] + dispatch).groupby(frame["step"]).sum().median())
+    return float((frame["duration"] + dispatch).groupby(frame["step"]).sum().mean())
 
 
 def step_spread(times: list[float]) -> float:

@@ -36,8 +36,9 @@ when the previous one has arrived.
 With a duration spread (sim.costs) the program is replayed once per draw, each compute
 action's time (switch cost included) multiplied by its factor of the draw
 (`spread_factors`, stratified over the draws) and rounded to the nanosecond (times the
-rank's factor of the draw with a rank spread; likewise each SEND's transfer time with a
-transfer spread), and the draw with the median makespan is the result.
+rank's factor of the draw with a rank spread, itself times the draw's step factor, which all
+ranks share, with a step spread; likewise each SEND's transfer time with a transfer
+spread), and the draw with the median makespan is the result.
 
 Activation memory of a stage is allocated when its F starts and freed when its B ends
 (with split backward: partly when I ends, the rest when W ends; see sim.costs).
@@ -97,7 +98,8 @@ def simulate(schedule_or_program: Schedule | Program, costs: CostModel) -> SimRe
         raise TypeError(f"simulate() takes a Schedule or a Program, not {type(schedule_or_program).__name__}")
     resolved = costs.for_schedule(program.schedule)
     compiled = compile_program(program, resolved)
-    if resolved.draws > 1 or resolved.spread or resolved.transfer_spread or resolved.rank_spread:
+    if (resolved.draws > 1 or resolved.spread or resolved.transfer_spread or resolved.rank_spread
+            or resolved.step_spread):
         records = median_draw(compiled, resolved)
     else:
         records = replay(compiled, resolved.contention, resolved.send_overhead, resolved.recv_overhead,
@@ -188,15 +190,18 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
     return Compiled(tuple(ops), transfer_count(n, m), p * p)
 
 
-SpreadTables = list[tuple[list[list[float]], list[list[float]], list[list[float]]]]
+SpreadTables = list[tuple[list[list[float]], list[list[float]], list[float]]]
 
 
 def spread_tables(compiled: Compiled, costs: ResolvedCosts) -> SpreadTables:
-    """Per rank, the compute, transfer and rank factors of every draw (sim.costs.spread_factors)."""
+    """Per rank, the compute and transfer factors of every draw and the factor its whole
+    compute takes in each draw: the rank's own times the step's, which all ranks share
+    (sim.costs.spread_factors)."""
     n = costs.draws
+    step = [row[0] for row in spread_factors(costs.step_spread, n, 0, 1, "step")]
     return [(spread_factors(costs.spread, n, rank, len(row)),
              spread_factors(costs.transfer_spread, n, rank, len(row), "transfer"),
-             spread_factors(costs.rank_spread, n, rank, 1, "rank"))
+             [own[0] * shared for own, shared in zip(spread_factors(costs.rank_spread, n, rank, 1, "rank"), step)])
             for rank, row in enumerate(compiled.ops)]
 
 
@@ -205,7 +210,7 @@ def spread_draw(compiled: Compiled, tables: SpreadTables, draw: int) -> Compiled
     factor of draw `draw` (`spread_tables`)."""
     ops = []
     for row, (compute, transfer, shared) in zip(compiled.ops, tables):
-        k = shared[draw][0]
+        k = shared[draw]
         ops.append(tuple(
             (_COMPUTE, round(op[1] * (f * k)), op[2], op[3]) if op[0] == _COMPUTE
             else (_SEND, op[1], round(op[2] * t), op[3], t) if op[0] == _SEND else op

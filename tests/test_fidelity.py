@@ -118,23 +118,26 @@ def test_duration_spread_recovered_from_known_factors(runs):
     assert simulate(run.program, c.for_run(run)).makespan > simulate(run.program, plain).makespan
 
 
-def test_quality_reports_the_step_time_spread(runs, tmp_path):
-    """Step times T x (0.9, 0.95, 1, 1.05, 1.1): median T (so the replay stays exact), spread
-    (1.05 - 0.95) T / T = 10%, beyond QUALITY_LIMIT: one warning, about the spread."""
-    shutil.copytree(runs / "1f1b", tmp_path / "run")
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+def _with_step_times(runs, root, factors):
+    """The synthetic 1F1B run with one step per factor, each step's rows step 0's and its step
+    time T x factor (T the run's)."""
+    shutil.copytree(runs / "1f1b", root)
+    summary = json.loads((root / "summary.json").read_text())
     t = summary["step_times"][0]
-    factors = (0.9, 0.95, 1.0, 1.05, 1.1)
     summary["step_times"] = [t * f for f in factors]
     summary["steps"] = len(factors)
-    (tmp_path / "run" / "summary.json").write_text(json.dumps(summary))
-    tl = pd.read_csv(runs / "1f1b" / "timeline.csv")
-    one = tl[tl["step"] == 0]
-    pd.concat([one.assign(step=k) for k in range(len(factors))]).to_csv(tmp_path / "run" / "timeline.csv", index=False)
-    memory = pd.read_csv(runs / "1f1b" / "memory.csv")
-    one = memory[memory["step"] == 0]
-    pd.concat([one.assign(step=k) for k in range(len(factors))]).to_csv(tmp_path / "run" / "memory.csv", index=False)
-    run = read_measured(tmp_path / "run")
+    (root / "summary.json").write_text(json.dumps(summary))
+    for name in ("timeline.csv", "memory.csv"):
+        table = pd.read_csv(runs / "1f1b" / name)
+        one = table[table["step"] == 0]
+        pd.concat([one.assign(step=k) for k in range(len(factors))]).to_csv(root / name, index=False)
+    return read_measured(root), t
+
+
+def test_quality_reports_the_step_time_spread(runs, tmp_path):
+    """Step times T x (0.9, 0.95, 1, 1.05, 1.1): median T (so the replay stays exact), spread
+    (1.05 - 0.95) T / T = 10%, beyond QUALITY_LIMIT: one warning, about the spread.."""
+    run, _ = _with_step_times(runs, tmp_path / "run", (0.9, 0.95, 1.0, 1.05, 1.1))
     c = assess(calibrate(run), [run])
     (entry,) = c.quality["runs"]
     assert entry["step_time_spread"] == pytest.approx(0.10, abs=1e-12)
@@ -192,26 +195,65 @@ def test_cli_calibrates_several_runs_and_stores_the_quality(runs, tmp_path, caps
     assert "measured spread, IQR / median: 0.0%" in capsys.readouterr().out
 
 
-def test_rank_spread_recovered_from_known_step_factors(runs):
-    """Every compute action of rank r in step k takes g[k][r] times its cost. Each rank's mean
-    over the 3 steps is 1, so the typical costs (means over steps) are the machine's and the
-    rank residuals are exactly the g's; within a step every group scales alike, so there is no
-    duration spread."""
-    g = {0: (1.0, 0.8, 1.2), 1: (1.15, 1.0, 0.85)}
-    run = read_measured(runs / "1f1b")
+def _with_step_factors(run, factor_of):
+    """The run with every compute row of rank r in step k taking factor_of(k, r) times its cost."""
     tl = run.timeline.copy()
     compute = tl["kind"].isin(["F", "B"])
-    factor = [g[r][k] if c else 1.0 for r, k, c in zip(tl["rank"], tl["step"], compute)]
+    factor = [factor_of(k, r) if c else 1.0 for r, k, c in zip(tl["rank"], tl["step"], compute)]
     tl["end"] = tl["start"] + (tl["end"] - tl["start"]) * factor
-    run = dataclasses.replace(run, timeline=tl)
-    from sim.calibration import rank_residuals
+    return dataclasses.replace(run, timeline=tl)
 
-    assert sorted(rank_residuals(run)) == pytest.approx(sorted(g[0] + g[1]), rel=1e-9)
-    c = calibrate(run)
-    assert c.duration_spread == ()
-    assert c.rank_spread == pytest.approx(spread_quantiles(np.array(g[0] + g[1])))
+
+def test_step_spread_recovered_from_slowness_all_ranks_share(runs):
+    """Every compute action of step k takes s[k] times its cost on both ranks (mean 1 over the
+    3 steps, so the typical costs stay the machine's): the step factors are the s's exactly,
+    no rank has a factor of its own, and within a step every group scales alike (no duration
+    spread). With only a step spread each draw is the program at one compute speed, so the
+    median draw is the step spread's 16th of 32 quantiles (256 draws, 8 of each: the lower
+    median is draw 127 of the sorted ones): the model with every compute cost times it. The
+    run's compute level under its own calibration is 1 (its compute per step, mean over steps,
+    is what the costs hold; the median step's, 0.9 of it, is not)."""
     from sim import simulate
+    from sim.calibration import rank_residuals
+    from sim.comparison import compute_level
 
+    s = (0.9, 0.9, 1.2)
+    run = _with_step_factors(read_measured(runs / "1f1b"), lambda k, r: s[k])
+    own, shared = rank_residuals(run)
+    assert sorted(shared) == pytest.approx(sorted(s), rel=1e-9)
+    assert own == pytest.approx(np.ones(len(own)), abs=1e-9)
+    c = calibrate(run)
+    assert c.duration_spread == () and c.rank_spread == ()
+    assert c.step_spread == pytest.approx(spread_quantiles(np.array(s)))
+    costs = c.for_run(run)
+    plain = dataclasses.replace(costs, step_spread=())
+    assert simulate(run.program, costs).makespan == pytest.approx(
+        simulate(run.program, plain.compute_scaled(c.step_spread[15])).makespan, rel=1e-6)
+    assert compute_level(run, costs, c.dispatch_overhead).level == pytest.approx(1.0, abs=1e-9)
+
+
+def test_rank_spread_recovered_from_slowness_of_one_rank(runs):
+    """Rank 0's compute in step k takes 1 + a[k] times its cost and rank 1's 1 - a[k] T0 / T1
+    (T the ranks' compute per step), so every step's whole compute stays the machine's (no
+    step spread) and each rank's mean over the steps is 1. Each rank's own factor is then
+    its factor over its step's (1), its deviation widened by sqrt(2) for the two ranks the
+    step's factor was taken over."""
+    from sim import simulate
+    from sim.calibration import compute_frame, rank_residuals
+
+    base = read_measured(runs / "1f1b")
+    per_rank = compute_frame(base).groupby("rank")["duration"].sum()  # every step alike
+    ratio = per_rank[0] / per_rank[1]
+    a = (0.0, 0.2, -0.2)
+    g = {0: tuple(1 + x for x in a), 1: tuple(1 - x * ratio for x in a)}
+    run = _with_step_factors(base, lambda k, r: g[r][k])
+    own, shared = rank_residuals(run)
+    assert shared == pytest.approx(np.ones(3), abs=1e-9)
+    expected = [1 + (x - 1) * np.sqrt(2) for x in g[0] + g[1]]
+    assert sorted(own) == pytest.approx(sorted(expected), rel=1e-9)
+    c = calibrate(run)
+    assert c.duration_spread == () and c.step_spread == ()
+    assert c.rank_spread == pytest.approx(spread_quantiles(np.array(expected)))
     plain = dataclasses.replace(c.for_run(run), rank_spread=())
     assert simulate(run.program, c.for_run(run)).makespan > simulate(run.program, plain).makespan
 

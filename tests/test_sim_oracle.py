@@ -341,8 +341,10 @@ def spread_oracle(program, costs: CostModel):
     draws = []
     for draw in range(n):
         factors = drawn("spread", costs.duration_spread, draw) or [[1.0] * len(s) for s in program.streams]
-        if costs.rank_spread:  # one factor per rank and draw, on top of each action's own
-            shared = [columns("rank", costs.rank_spread, rank, 1)[0][draw] for rank in range(len(program.streams))]
+        if costs.rank_spread or costs.step_spread:  # per rank and draw: its own factor times the step's
+            step = columns("step", costs.step_spread, 0, 1)[0][draw] if costs.step_spread else 1.0
+            shared = [(columns("rank", costs.rank_spread, rank, 1)[0][draw] if costs.rank_spread else 1.0) * step
+                      for rank in range(len(program.streams))]
             factors = [[f * shared[rank] for f in row] for rank, row in enumerate(factors)]
         times = critical_path(program, costs, factors, drawn("transfer", costs.transfer_spread, draw))
         draws.append((max(end for _, end in times.values()), draw, times))
@@ -366,15 +368,16 @@ def test_spread_draws_are_stratified() -> None:
 
 @pytest.mark.parametrize("seed", range(30))
 def test_spread_matches_oracle(seed: int) -> None:
-    """With duration, transfer and/or rank spreads, the engine's result is the oracle's median draw, time for time."""
+    """With duration, transfer, rank and/or step spreads, the engine's result is the oracle's median draw, time for time."""
     rng = random.Random(30_000 + seed)
     schedule = random_schedule(rng) if seed % 2 else registered_schedule(rng)
     base = random_costs(rng, schedule, contention=bool(seed % 3))
     spread = tuple(rng.choice([0.5, 0.8, 1.0, 1.25, 1.7]) for _ in range(rng.randint(0, 6)))
     transfer = tuple(rng.choice([0.3, 1.0, 2.5]) for _ in range(rng.randint(0 if spread else 1, 4)))
     shared = tuple(rng.choice([0.9, 1.0, 1.6]) for _ in range(rng.randint(0, 3)))
+    step = tuple(rng.choice([0.7, 1.0, 1.3]) for _ in range(rng.randint(0, 3)))
     costs = dataclasses.replace(base, duration_spread=spread, transfer_spread=transfer, rank_spread=shared,
-                                spread_draws=rng.randint(1, 7))
+                                step_spread=step, spread_draws=rng.randint(1, 7))
     program = schedules.lower(schedule)
     expected = spread_oracle(program, costs)
     result = simulate(program, costs)
