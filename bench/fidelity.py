@@ -252,7 +252,10 @@ def main() -> int:
                 if label == "pooled" and k > 0:
                     continue  # one calibration for every round: its quality once
                 for entry in c.quality["runs"]:
-                    calib_out.append({"group": name, "round": k, "calibration": label, **entry})
+                    low, high = entry["step_time_interval"]
+                    calib_out.append({"group": name, "round": k, "calibration": label,
+                                      **{k: v for k, v in entry.items() if k != "step_time_interval"},
+                                      "interval_low": low, "interval_high": high})
         for (schedule, m), runs in measured.items():
             medians = [float(np.median(r.step_times)) for r in runs]
             mid = float(np.median(medians))
@@ -334,11 +337,13 @@ def ordering(g: pd.DataFrame, column: str) -> dict:
 
 
 def print_tables(table: pd.DataFrame, calib: pd.DataFrame, summary: dict) -> None:
-    print("| group | round | calibration | run | measured ms | simulated ms | self-replay error | step-time spread |")
-    print("|---|---:|---|---|---:|---:|---:|---:|")
+    print("| group | round | calibration | run | measured ms | simulated ms | self-replay error "
+          "| measured median's 95% interval | step-time spread |")
+    print("|---|---:|---|---|---:|---:|---:|---:|---:|")
     for _, r in calib.iterrows():
         print(f"| {r['group']} | {r['round']} | {r['calibration']} | {r['schedule']} | {r['step_time_measured'] * 1e3:.2f} | "
               f"{r['step_time_simulated'] * 1e3:.2f} | {100 * r['self_replay_error']:+.1f}% | "
+              f"{100 * r['interval_low']:+.1f}% to {100 * r['interval_high']:+.1f}% | "
               f"{100 * r['step_time_spread']:.1f}% |")
     print()
     has_p2 = "err_p2" in table.columns

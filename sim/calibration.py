@@ -504,7 +504,10 @@ def quality_lines(quality: Mapping[str, Any]) -> list[str]:
     for entry in quality.get("runs", []):
         lines.append(f"  self-replay of {entry['run']} ({entry['schedule']}, {entry['steps']} steps): measured "
                      f"{entry['step_time_measured'] * 1e3:.2f} ms, simulated {entry['step_time_simulated'] * 1e3:.2f} "
-                     f"ms, error {100 * entry['self_replay_error']:+.1f}%; step-time spread (IQR / median) "
+                     f"ms, error {100 * entry['self_replay_error']:+.1f}%"
+                     + (f" (the measured median's 95% interval {100 * entry['step_time_interval'][0]:+.1f}% to "
+                        f"{100 * entry['step_time_interval'][1]:+.1f}%)" if entry.get("step_time_interval") else "")
+                     + "; step-time spread (IQR / median) "
                      f"{100 * entry['step_time_spread']:.1f}%"
                      + (f"; compute at x{entry['compute_level']:.3f} of the fitted costs" if entry.get("compute_level") is not None
                         else ""))

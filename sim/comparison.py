@@ -13,6 +13,8 @@ Measured numbers are medians over the run's measured steps; the simulation is on
 - ``bubble_ratio``: idle compute time / (p x makespan), as schedules.timeline defines it.
 - ``step_time_spread``: the run's measured step times, interquartile range over the median
   (an error within it may be the machine's noise rather than the model's miss).
+- ``step_time_interval``: a 95% interval of the measured median (`median_interval`,
+  relative to it): an error inside it cannot be told from the run's own noise by its steps.
 - ``peak_activation_bytes``: per rank; measured by the executor's saved-tensor meter
   (max over steps), simulated from the cost model's per-stage activation bytes.
 - ``compute_measured``: the run's compute in a step, summed over ranks, mean over steps: each
@@ -64,6 +66,7 @@ class Comparison:
     peak_activation_bytes_measured: list[int]
     peak_activation_bytes_simulated: list[int]
     step_time_spread: float = 0.0
+    step_time_interval: tuple[float, float] = (0.0, 0.0)
     compute_measured: float = 0.0
     compute_simulated: float = 0.0
     compute_level: float = float("nan")
@@ -86,7 +89,8 @@ class Comparison:
             f"{'':24}{'measured':>14}{'simulated':>14}{'error':>10}",
             f"{'step time (median)':24}{ms(self.step_time_measured):>14}{ms(self.step_time_simulated):>14}"
             f"{100 * self.step_time_error:>+9.1f}%   (measured spread, IQR / median: "
-            f"{100 * self.step_time_spread:.1f}%)",
+            f"{100 * self.step_time_spread:.1f}%; the median's 95% interval {100 * self.step_time_interval[0]:+.1f}% "
+            f"to {100 * self.step_time_interval[1]:+.1f}%)",
             f"{'makespan (median)':24}{ms(self.makespan_measured):>14}{ms(self.makespan_simulated):>14}"
             f"{100 * self.makespan_error:>+9.1f}%",
             f"{'bubble ratio':24}{100 * self.bubble_ratio_measured:>13.1f}%{100 * self.bubble_ratio_simulated:>13.1f}%",
@@ -132,6 +136,7 @@ def compare_run(run: MeasuredRun, costs: CostModel, dispatch: float = 0.0) -> tu
         peak_activation_bytes_measured=[int(b) for b in run.summary["peak_activation_bytes"]],
         peak_activation_bytes_simulated=result.peak_activation_bytes,
         step_time_spread=step_spread(run.step_times),
+        step_time_interval=median_interval(run.step_times),
         compute_measured=compute.measured,
         compute_simulated=compute.simulated,
         compute_level=level,
@@ -178,6 +183,32 @@ def step_spread(times: list[float]) -> float:
         return 0.0
     q1, mid, q3 = np.percentile(times, [25, 50, 75])
     return float((q3 - q1) / mid) if mid else 0.0
+
+
+MEDIAN_CONFIDENCE = 0.95
+
+
+def median_interval(times: list[float]) -> tuple[float, float]:
+    """A distribution-free MEDIAN_CONFIDENCE interval of the median of the step times, relative
+    to their median (-0.05, +0.04 is 5% below to 4% above; (0, 0) without steps): the j-th
+    smallest and j-th largest time, j the largest rank with P(Binom(n, 1/2) < j) <= (1 -
+    MEDIAN_CONFIDENCE) / 2 (at least 1: under 6 steps the interval is the whole range and covers
+    less). It takes the steps as independent draws; a run whose speed drifts from step to step
+    has a wider true interval."""
+    n = len(times)
+    if not n:
+        return 0.0, 0.0
+    tail = (1 - MEDIAN_CONFIDENCE) / 2
+    j, below = 1, 0.0
+    while j < n and below + math.comb(n, j - 1) / 2 ** n <= tail:  # P(X <= j - 1) still within the tail
+        below += math.comb(n, j - 1) / 2 ** n
+        j += 1
+    j = max(j - 1, 1)
+    ordered = sorted(times)
+    mid = float(np.median(ordered))
+    if not mid:
+        return 0.0, 0.0
+    return ordered[j - 1] / mid - 1, ordered[n - j] / mid - 1
 
 
 def start_mae(run: MeasuredRun, result: SimResult) -> float:

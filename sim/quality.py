@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .calibration import Calibration
-from .comparison import compute_level
+from .comparison import compute_level, median_interval, step_spread
 from .engine import simulate
 from .measured import MeasuredRun
 
@@ -29,27 +29,32 @@ def assess(calibration: Calibration, runs: Sequence[MeasuredRun]) -> Calibration
 
 def quality_of(calibration: Calibration, runs: Sequence[MeasuredRun]) -> dict[str, Any]:
     """Per run: measured and simulated median step time, self-replay error, step-time spread
-    (IQR / median) and compute level (its compute over the calibration's, `sim.comparison`);
-    and warnings for those beyond QUALITY_LIMIT, and for levels further apart than it
+    (IQR / median), the measured median's 95% interval (`sim.comparison.median_interval`,
+    relative) and compute level (its compute over the calibration's, `sim.comparison`); and
+    warnings for those beyond QUALITY_LIMIT (an error beyond it says whether it lies beyond the
+    interval too: then more steps would not remove it), and for levels further apart than it
     (sim.calibration's module docstring)."""
     per_run, warnings = [], []
     for run in runs:
         costs = calibration.for_run(run)
         simulated = simulate(run.program, costs).step_time
-        times = np.array(run.step_times)
+        times = list(run.step_times)
         measured = float(np.median(times))
-        q1, q3 = np.percentile(times, [25, 75])
         entry = {
             "run": str(run.path), "schedule": run.program.schedule.name, "steps": len(times),
             "step_time_measured": measured, "step_time_simulated": simulated,
             "self_replay_error": (simulated - measured) / measured if measured else 0.0,
-            "step_time_spread": float((q3 - q1) / measured) if measured else 0.0,
+            "step_time_spread": step_spread(times),
+            "step_time_interval": list(median_interval(times)),
             "compute_level": compute_level(run, costs, calibration.dispatch_overhead).level,  # NaN: no compute
         }
         per_run.append(entry)
-        if abs(entry["self_replay_error"]) > QUALITY_LIMIT:
-            warnings.append(f"{run.path}: the calibration replays the run {100 * entry['self_replay_error']:+.1f}% "
-                            f"off its measured step time (beyond {100 * QUALITY_LIMIT:.0f}%)")
+        error, (low, high) = entry["self_replay_error"], entry["step_time_interval"]
+        if abs(error) > QUALITY_LIMIT:
+            where = ("beyond the measured median's 95% interval too: a model miss" if not low <= error <= high else
+                     "but inside the measured median's 95% interval: the run's steps cannot tell it from noise")
+            warnings.append(f"{run.path}: the calibration replays the run {100 * error:+.1f}% off its measured step "
+                            f"time (beyond {100 * QUALITY_LIMIT:.0f}%, {where})")
         if entry["step_time_spread"] > QUALITY_LIMIT:
             warnings.append(f"{run.path}: its step times spread {100 * entry['step_time_spread']:.1f}% (IQR / "
                             f"median; beyond {100 * QUALITY_LIMIT:.0f}%): a noisy machine, predictions are as "

@@ -136,16 +136,60 @@ def _with_step_times(runs, root, factors):
 
 def test_quality_reports_the_step_time_spread(runs, tmp_path):
     """Step times T x (0.9, 0.95, 1, 1.05, 1.1): median T (so the replay stays exact), spread
-    (1.05 - 0.95) T / T = 10%, beyond QUALITY_LIMIT: one warning, about the spread.."""
+    (1.05 - 0.95) T / T = 10%, beyond QUALITY_LIMIT: one warning, about the spread. Five steps
+    give the median no tighter 95% interval than their range: -10% to +10%."""
     run, _ = _with_step_times(runs, tmp_path / "run", (0.9, 0.95, 1.0, 1.05, 1.1))
     c = assess(calibrate(run), [run])
     (entry,) = c.quality["runs"]
     assert entry["step_time_spread"] == pytest.approx(0.10, abs=1e-12)
+    assert entry["step_time_interval"] == pytest.approx([-0.10, 0.10], abs=1e-12)
     assert abs(entry["self_replay_error"]) < 1e-12
     assert entry["steps"] == 5
     assert 0.10 > QUALITY_LIMIT and len(c.quality["warnings"]) == 1 and "spread 10.0%" in c.quality["warnings"][0]
     comparison, _ = compare_run(read_measured(tmp_path / "run"), c.for_run(read_measured(tmp_path / "run")))
     assert comparison.step_time_spread == pytest.approx(0.10, abs=1e-12)
+    assert comparison.step_time_interval == pytest.approx((-0.10, 0.10), abs=1e-12)
+
+
+def test_median_interval_is_the_binomial_order_statistics():
+    """48 steps: the 17th and 32nd smallest (P(Binom(48, 1/2) <= 16) = 0.015 <= 0.025 <
+    P(<= 17) = 0.030, the ranks of the published tables), relative to the median 24.5; and over
+    4000 samples of 48 exponential step times the interval holds the true median ln 2 in
+    1 - 2 x 0.015 = 97% of them (exact binomial intervals are conservative)."""
+    from math import comb, log
+
+    from sim.comparison import median_interval
+
+    tail = lambda k: sum(comb(48, i) for i in range(k + 1)) / 2 ** 48  # noqa: E731
+    assert tail(16) <= 0.025 < tail(17)
+    assert median_interval([float(x) for x in range(48, 0, -1)]) == pytest.approx((17 / 24.5 - 1, 32 / 24.5 - 1))
+    assert median_interval([]) == (0.0, 0.0)
+    rng = np.random.default_rng(7)
+    held = 0
+    for _ in range(4000):
+        x = rng.exponential(1.0, 48)
+        low, high = median_interval(list(x))
+        mid = np.median(x)
+        held += mid * (1 + low) <= log(2) <= mid * (1 + high)
+    assert held / 4000 == pytest.approx(1 - 2 * tail(16), abs=0.01)
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_a_self_replay_miss_is_told_from_the_steps_noise(runs, tmp_path, wide):
+    """21 steps at T x (1 - a, 1 + a, ... , 1): median T; the step overhead raised by 5% of T
+    puts the replay at +5%. With a = 1% the median's 95% interval is -1% to +1%: the warning
+    calls it a model miss; with a = 10% the interval is -10% to +10% and it says the steps
+    cannot tell it from noise."""
+    a = 0.10 if wide else 0.01
+    run, t = _with_step_times(runs, tmp_path / "run", [1 - a, 1 + a] * 10 + [1.0])
+    c = calibrate(run)
+    c = dataclasses.replace(c, step_overhead=c.step_overhead + 0.05 * t)
+    quality = assess(c, [run]).quality
+    (entry,) = quality["runs"]
+    assert entry["self_replay_error"] == pytest.approx(0.05, abs=1e-6)
+    assert entry["step_time_interval"] == pytest.approx([-a, a], abs=1e-12)
+    (warning,) = [w for w in quality["warnings"] if "replays the run" in w]
+    assert ("cannot tell it from noise" in warning) == wide and ("a model miss" in warning) != wide
 
 
 def test_several_runs_of_one_machine_give_its_parameters(runs):
