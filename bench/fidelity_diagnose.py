@@ -18,7 +18,7 @@ prints:
   right; ``step mean`` vs ``trace`` is what replaying mean costs loses to the spread of the
   durations (a step's makespan is a max over paths);
 - the self-replay with typical costs, then adding the compute spread, the transfer spread
-  and the rank and step spreads (all: the calibration's model).
+  and the rank, step and step overhead spreads (all: the calibration's model).
 
 Writes nothing; the numbers are what README's "Where the time goes at small microbatches" quotes.
 """
@@ -141,14 +141,16 @@ def diagnose(path: str) -> None:
           f"({np.median(trace) / np.median(mk) - 1:+.1%}); step-mean replay {np.median(mean_rep):.2f} "
           f"({np.median(mean_rep) / np.median(mk) - 1:+.1%}); calibrated replay {sim.makespan * 1e3:.2f} "
           f"({sim.makespan * 1e3 / np.median(mk) - 1:+.1%})")
-    plain = dataclasses.replace(costs, duration_spread=(), transfer_spread=(), rank_spread=(), step_spread=())
-    compute_only = dataclasses.replace(costs, transfer_spread=(), rank_spread=(), step_spread=())
-    no_rank = dataclasses.replace(costs, rank_spread=(), step_spread=())
+    plain = dataclasses.replace(costs, duration_spread=(), transfer_spread=(), rank_spread=(), step_spread=(),
+                                step_overhead_spread=())
+    compute_only = dataclasses.replace(costs, transfer_spread=(), rank_spread=(), step_spread=(),
+                                       step_overhead_spread=())
+    no_rank = dataclasses.replace(costs, rank_spread=(), step_spread=(), step_overhead_spread=())
     ms = np.median(st)
     print("self-replay step time vs measured median: " + "; ".join(
         f"{label} {simulate(program, c).step_time * 1e3:.2f} ms ({simulate(program, c).step_time * 1e3 / ms - 1:+.1%})"
         for label, c in (("typical costs", plain), ("+ compute spread", compute_only), ("+ transfer spread", no_rank),
-                         ("+ rank and step spreads", costs))))
+                         ("+ rank, step and step overhead spreads", costs))))
     per_step = trace / mk - 1
     print(f"trace replay error per step: median {np.median(per_step):+.1%}, min {per_step.min():+.1%}, "
           f"max {per_step.max():+.1%}")

@@ -103,10 +103,15 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   their cells at once, each run's compute taken under it.
 - **step_overhead**: measured step time (barrier to barrier, rank 0) minus the span of
   the step's streams (earliest row start to latest row end, a compute row's end taken
-  `dispatch_overhead` later as the simulator's row includes that gap), median over steps:
+  `dispatch_overhead` later as the simulator's row includes that gap), mean over steps:
   the barriers, the optimizer and, before the first action, the posting of the step's
   receives (0.3-0.6 ms on the README example, which the simulated streams, starting at 0,
-  do not hold).
+  do not hold). **step_overhead_spread**: each step's over that mean, as SPREAD_QUANTILES
+  quantiles scaled to mean 1, drawn once per replay. The overhead has a right tail and
+  hardly follows the span (correlation 0.09 over sweep 9's calibration runs), so the median
+  step exceeds the median span plus the median overhead: by 1.8% at mlp 2 rows and 1.4% at
+  mlp 8 rows p=2 on those runs, which is what their self-replays missed on average; adding
+  the overhead to each span independently leaves 0.7% and 0.2%.
 - **Memory**: activation bytes per stage (F to B, the executor's saved-tensor meter)
   and, with split backward, bytes kept from I to W: ``fixed[role] + layers x
   per_layer`` from the profile's byte counts (exact), else the run's per-stage values.
@@ -222,6 +227,7 @@ class Calibration:
     transfer_spread: tuple[float, ...] = ()
     rank_spread: tuple[float, ...] = ()
     step_spread: tuple[float, ...] = ()
+    step_overhead_spread: tuple[float, ...] = ()
     diagnostics: Mapping[str, Any] = field(default_factory=dict)
     quality: Mapping[str, Any] = field(default_factory=dict)
     data_parallel: int = 1
@@ -300,6 +306,7 @@ class Calibration:
             transfer_spread=self.transfer_spread,
             rank_spread=self.rank_spread,
             step_spread=self.step_spread,
+            step_overhead_spread=self.step_overhead_spread,
             spread_draws=SPREAD_DRAWS,
         )
 
@@ -372,6 +379,9 @@ class Calibration:
             q = np.quantile(self.step_spread, [0.1, 0.5, 0.9])
             lines.append(f"  all ranks' compute in a step: 10/50/90th percentile x{q[0]:.2f} x{q[1]:.2f} x{q[2]:.2f} "
                          "of its typical")
+        if self.step_overhead_spread:
+            q = np.quantile(self.step_overhead_spread, [0.1, 0.5, 0.9])
+            lines.append(f"  step overhead spread: 10/50/90th percentile x{q[0]:.2f} x{q[1]:.2f} x{q[2]:.2f} of its mean")
         if self.transfer_spread:
             q = np.quantile(self.transfer_spread, [0.1, 0.5, 0.9])
             lines.append(f"  transfer time spread: 10/50/90th percentile x{q[0]:.2f} x{q[1]:.2f} x{q[2]:.2f} of the fit")
@@ -416,6 +426,7 @@ class Calibration:
             values["transfer_spread"] = tuple(values.get("transfer_spread", ()))
             values["rank_spread"] = tuple(values.get("rank_spread", ()))
             values["step_spread"] = tuple(values.get("step_spread", ()))
+            values["step_overhead_spread"] = tuple(values.get("step_overhead_spread", ()))
             values["place_factors"] = {k: tuple(v) for k, v in values.get("place_factors", {}).items()}
             if values.get("compute") is not None:
                 values["compute"] = {k: LinearCost(**v) for k, v in values["compute"].items()}
@@ -457,10 +468,11 @@ def calibrate_runs(runs: Sequence[MeasuredRun]) -> Calibration:
         if (c.compute is None) != (first.compute is None):
             raise CostError(f"{run.path} and {runs[0].path}: either all runs have a profile.json or none")
     calibration = first if len(fitted) == 1 else _combine([c for c, _ in fitted], runs)
-    pooled = [np.concatenate([r[j] for _, r in fitted]) for j in range(4)]
+    pooled = [np.concatenate([r[j] for _, r in fitted]) for j in range(5)]
     calibration = replace(calibration, duration_spread=spread_quantiles(pooled[0]),
                           transfer_spread=spread_quantiles(pooled[1]), rank_spread=spread_quantiles(pooled[2]),
-                          step_spread=spread_quantiles(pooled[3]), idle_share=idle)
+                          step_spread=spread_quantiles(pooled[3]), step_overhead_spread=spread_quantiles(pooled[4]),
+                          idle_share=idle)
     return calibration
 
 
@@ -516,9 +528,9 @@ def quality_lines(quality: Mapping[str, Any]) -> list[str]:
 
 
 def _fit_one(run: MeasuredRun, idle: float
-             ) -> tuple[Calibration, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-    """Every parameter fitted from one run, and the run's compute, transfer, rank and step
-    spread residuals (no quality yet); where its ranks shared cores, its compute taken with a rank not
+             ) -> tuple[Calibration, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """Every parameter fitted from one run, and the run's compute, transfer, rank, step and
+    step overhead spread residuals (no quality yet); where its ranks shared cores, its compute taken with a rank not
     computing taking `idle` of a core (`fit_idle_share`, over every run calibrated with it)."""
     schedule = run.program.schedule
     # clock-aligned once: the overheads, latency and spread all read them; the load term only
@@ -539,8 +551,8 @@ def _fit_one(run: MeasuredRun, idle: float
         compute, ratio = fit_compute(layers_profile["records"], stages, diagnostics)
         activation, weight_memory = fit_memory(layers_profile["records"])
     latency, bandwidth, load = fit_p2p(run, transfers, law, diagnostics)
-    spans = stream_spans(run.timeline, dispatch)
-    step_overhead = max(float(np.median([t - e for t, e in zip(run.step_times, spans)])), 0.0)
+    overheads = np.array(run.step_times) - np.array(stream_spans(run.timeline, dispatch))
+    step_overhead = max(float(np.mean(overheads)), 0.0) if len(overheads) else 0.0
     boundaries = run.boundary_bytes
     parameter_bytes = run.summary.get("parameter_bytes")
     allreduce_latency, allreduce_bandwidth = fit_allreduce(run, parameter_bytes, diagnostics)
@@ -575,7 +587,8 @@ def _fit_one(run: MeasuredRun, idle: float
         parameter_bytes=parameter_bytes,
         place_factors=places,
         idle_share=idle,
-    ), (spread_residuals(run, idle), transfer_residuals(transfers, law), *rank_residuals(run, idle))
+    ), (spread_residuals(run, idle), transfer_residuals(transfers, law), *rank_residuals(run, idle),
+        overheads / step_overhead if step_overhead > 0 else np.ones(0))
 
 
 def shared_cores(run: MeasuredRun) -> int | None:

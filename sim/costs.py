@@ -63,7 +63,7 @@ expectations). ``duration_spread`` lists relative factors (their mean about 1; e
 quantiles of measured durations over their typical value, sim.calibration fits them);
 with it the program is replayed ``spread_draws`` times, each compute action's time
 multiplied by its factor of that draw (`spread_factors`), and the result is the draw whose
-makespan is the median (lower median; ties by draw number). The draws are stratified
+step time is the median (below). The draws are stratified
 (Latin hypercube sampling): over the draws, every position of a rank's stream takes each
 value of the list equally often (as evenly as the draw count allows), in an order shuffled
 per position by a generator seeded from the rank alone, so results stay deterministic. With
@@ -81,6 +81,11 @@ whole computing slower for a while: on sweep 9's CPU runs the ranks' factors in 
 correlate, 0.36 on average, 0.8 at gpt 8 rows p=2): each draw gives all ranks one factor
 from the list (its own seeded stream), on top of the rank's and the action's. Drawn per
 rank instead, that slowness would lengthen the slowest path of a draw more than it does.
+``step_overhead_spread`` does the same for ``step_overhead`` (factors of it, one per draw,
+their own seeded stream): a step's barriers and optimizer vary too, mostly independently of its
+streams' span, and with a right tail, so the median step is longer than the median makespan plus
+the median overhead. With any spread the result is the draw whose makespan plus its step
+overhead is the median (lower median; ties by draw number).
 ``cores`` (default none: every rank computes on its own processor): the ranks' compute
 shares that many processors, as on one host whose CPU executor runs more ranks than it has
 cores (4 ranks on 2 cores): while k compute actions run, each advances at min(1, cores / k)
@@ -178,7 +183,8 @@ class ResolvedCosts:
     `recv_overhead`, `step_overhead`, `switch_forward`, `switch_backward`: the executor
     overheads of the cost model; `place_factors`: per compute kind, the factors of the first
     actions of a stage in a step; `spread`, `transfer_spread`, `rank_spread`, `step_spread`,
-    `draws`: duration_spread, transfer_spread, rank_spread, step_spread and spread_draws.
+    `overhead_spread`, `draws`: duration_spread, transfer_spread, rank_spread, step_spread,
+    step_overhead_spread and spread_draws.
     """
 
     forward: tuple[int, ...]
@@ -201,6 +207,7 @@ class ResolvedCosts:
     transfer_spread: tuple[float, ...] = ()
     rank_spread: tuple[float, ...] = ()
     step_spread: tuple[float, ...] = ()
+    overhead_spread: tuple[float, ...] = ()
     draws: int = 1
     reduce_grad: tuple[int, ...] = ()  # per stage: ns of its REDUCE_GRAD all-reduce
     cores: int = 0  # processors the ranks' compute shares (0: each rank has its own)
@@ -229,9 +236,9 @@ class CostModel:
     switch_forward / switch_backward (added to an F / a B, I or W that does not repeat
     its rank's previous compute action's stage and kind); place_factors (kind name -> factors
     of the first actions of a stage and kind in a step, module docstring).
-    Spread (module docstring): duration_spread, transfer_spread, rank_spread and step_spread
-    (relative factors of compute times, transfer times, a rank's compute in a step and every
-    rank's compute in a step; default none)
+    Spread (module docstring): duration_spread, transfer_spread, rank_spread, step_spread and
+    step_overhead_spread (relative factors of compute times, transfer times, a rank's compute in
+    a step, every rank's compute in a step and the step overhead; default none)
     and spread_draws (replays, default 256).
     cores (module docstring): processors the ranks' compute shares (default None: one each).
     Data parallelism (module docstring): data_parallel (d, replicas), grad_reduce_bytes
@@ -263,6 +270,7 @@ class CostModel:
     transfer_spread: Sequence[float] = ()
     rank_spread: Sequence[float] = ()
     step_spread: Sequence[float] = ()
+    step_overhead_spread: Sequence[float] = ()
     spread_draws: int = 256
     data_parallel: int = 1
     grad_reduce_bytes: PerStage = 0
@@ -289,7 +297,7 @@ class CostModel:
             raise CostError(f"weight_memory_fraction must be within 0..1, got {fraction!r}")
         if not isinstance(self.link_contention, bool):
             raise CostError(f"link_contention must be true or false, got {self.link_contention!r}")
-        for name in ("duration_spread", "transfer_spread", "rank_spread", "step_spread"):
+        for name in ("duration_spread", "transfer_spread", "rank_spread", "step_spread", "step_overhead_spread"):
             spread = getattr(self, name)
             if not isinstance(spread, (list, tuple)):
                 raise CostError(f"{name} must be a list of factors, got {spread!r}")
@@ -405,8 +413,9 @@ class CostModel:
             transfer_spread=self.transfer_spread,
             rank_spread=self.rank_spread,
             step_spread=self.step_spread,
+            overhead_spread=self.step_overhead_spread,
             draws=self.spread_draws if (self.duration_spread or self.transfer_spread or self.rank_spread
-                                        or self.step_spread) else 1,
+                                        or self.step_spread or self.step_overhead_spread) else 1,
             cores=self.cores or 0,
             idle_share=float(self.idle_share),
             transfer_load=round(self.p2p_load_latency * NS_PER_S),
@@ -470,8 +479,8 @@ def spread_factors(spread: Sequence[float], draws: int, rank: int, count: int,
                    what: str = "spread") -> list[list[float]]:
     """Per draw (0 .. draws - 1), the factors of the first `count` positions of rank `rank`'s
     stream (compute actions use those of `what` = "spread", SENDs those of "transfer", the
-    rank's compute the first of "rank", every rank's compute the first of "step" at rank 0);
-    all 1 for an empty `spread`.
+    rank's compute the first of "rank", every rank's compute the first of "step" at rank 0, the
+    step overhead the first of "overhead" at rank 0); all 1 for an empty `spread`.
 
     Stratified (module docstring): position i's factors over the draws are
     ``spread[j * len(spread) // draws]`` for j = 0 .. draws - 1, shuffled by

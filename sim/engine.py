@@ -38,7 +38,8 @@ action's time (switch cost included) multiplied by its factor of the draw
 (`spread_factors`, stratified over the draws) and rounded to the nanosecond (times the
 rank's factor of the draw with a rank spread, itself times the draw's step factor, which all
 ranks share, with a step spread; likewise each SEND's transfer time with a transfer
-spread), and the draw with the median makespan is the result.
+spread, and the step overhead with a step overhead spread), and the draw whose makespan plus
+step overhead is the median is the result.
 
 Activation memory of a stage is allocated when its F starts and freed when its B ends
 (with split backward: partly when I ends, the rest when W ends; see sim.costs).
@@ -99,13 +100,14 @@ def simulate(schedule_or_program: Schedule | Program, costs: CostModel) -> SimRe
     resolved = costs.for_schedule(program.schedule)
     compiled = compile_program(program, resolved)
     if (resolved.draws > 1 or resolved.spread or resolved.transfer_spread or resolved.rank_spread
-            or resolved.step_spread):
-        records = median_draw(compiled, resolved)
+            or resolved.step_spread or resolved.overhead_spread):
+        records, overhead = median_draw(compiled, resolved)
     else:
         records = replay(compiled, resolved.contention, resolved.send_overhead, resolved.recv_overhead,
                          resolved.cores, resolved.transfer_load, resolved.idle_share)
+        overhead = resolved.step_overhead
     _check_finished(program, records)
-    return SimResult.from_records(program, costs, resolved, records)
+    return SimResult.from_records(program, costs, resolved, records, overhead)
 
 
 def compute_seconds(program: Program, costs: CostModel) -> float:
@@ -219,18 +221,27 @@ def spread_draw(compiled: Compiled, tables: SpreadTables, draw: int) -> Compiled
     return Compiled(tuple(ops), compiled.num_transfers, compiled.num_links)
 
 
-def median_draw(compiled: Compiled, costs: ResolvedCosts) -> list[RankRecord]:
-    """Replay every draw of the spread; the records of the draw with the median makespan
-    (lower median, ties by draw number), replayed again rather than kept: only its makespan
-    is held for each draw."""
+def draw_overheads(costs: ResolvedCosts) -> list[int]:
+    """The step overhead of every draw, ns: ``step_overhead`` times its factor of the draw
+    (sim.costs.spread_factors, "overhead")."""
+    return [round(costs.step_overhead * row[0])
+            for row in spread_factors(costs.overhead_spread, costs.draws, 0, 1, "overhead")]
+
+
+def median_draw(compiled: Compiled, costs: ResolvedCosts) -> tuple[list[RankRecord], int]:
+    """Replay every draw of the spread; the records and step overhead of the draw whose
+    makespan plus step overhead is the median (lower median, ties by draw number), replayed
+    again rather than kept: only its step time is held for each draw."""
     tables = spread_tables(compiled, costs)
+    overheads = draw_overheads(costs)
 
     def run(draw: int) -> list[RankRecord]:
         return replay(spread_draw(compiled, tables, draw), costs.contention, costs.send_overhead,
                       costs.recv_overhead, costs.cores, costs.transfer_load, costs.idle_share)
 
-    makespans = sorted((makespan_ns(run(draw)), draw) for draw in range(costs.draws))
-    return run(makespans[(len(makespans) - 1) // 2][1])
+    steps = sorted((makespan_ns(run(draw)) + overheads[draw], draw) for draw in range(costs.draws))
+    chosen = steps[(len(steps) - 1) // 2][1]
+    return run(chosen), overheads[chosen]
 
 
 def makespan_ns(records: list[RankRecord]) -> int:

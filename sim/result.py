@@ -4,7 +4,8 @@ Definitions (p ranks, T the makespan, busy_r the compute time of rank r, i.e. th
 of its F, B, I and W durations; transfers and receive waits are not compute):
 
 - ``makespan`` T: the time the last rank finishes its stream (all ranks start at 0);
-- ``step_time``: T plus the cost model's ``step_overhead`` (what a measured step adds);
+- ``step_time``: T plus the cost model's ``step_overhead`` (what a measured step adds; with a
+  ``step_overhead_spread``, the replayed draw's);
 - ``idle_r = T - busy_r``;
 - ``bubble_ratio = sum_r idle_r / (p * T)``: the share of the p x T device-time box
   spent not computing (the GPipe / zero-bubble paper's definition);
@@ -70,12 +71,15 @@ class SimResult:
     busy_ns: tuple[int, ...]
     span_ns: tuple[tuple[int, int], ...]  # per rank: (first compute start, last compute end)
     peak_bytes: tuple[int, ...]
+    overhead_ns: int = 0  # what the step takes beyond the makespan (the drawn one with a spread)
 
     @classmethod
     def from_records(
-        cls, program: Program, costs: CostModel, resolved: ResolvedCosts, records: list[RankRecord]
+        cls, program: Program, costs: CostModel, resolved: ResolvedCosts, records: list[RankRecord],
+        overhead_ns: int | None = None,
     ) -> "SimResult":
-        """Derive the metrics from the engine's per-rank records."""
+        """Derive the metrics from the engine's per-rank records; `overhead_ns`: the step
+        overhead of the replayed draw (default the cost model's ``step_overhead``)."""
         return cls(
             program=program,
             costs=costs,
@@ -86,6 +90,7 @@ class SimResult:
             busy_ns=tuple(r.busy for r in records),
             span_ns=tuple((max(r.first, 0), r.last) for r in records),
             peak_bytes=tuple(r.peak for r in records),
+            overhead_ns=resolved.step_overhead if overhead_ns is None else overhead_ns,
         )
 
     @cached_property
@@ -112,8 +117,9 @@ class SimResult:
 
     @property
     def step_time(self) -> float:
-        """Predicted step time, seconds: the makespan plus the cost model's step_overhead."""
-        return (self.makespan_ns + self.resolved.step_overhead) / NS_PER_S
+        """Predicted step time, seconds: the makespan plus the step overhead (the cost model's
+        ``step_overhead``, times the replayed draw's factor with a ``step_overhead_spread``)."""
+        return (self.makespan_ns + self.overhead_ns) / NS_PER_S
 
     @property
     def busy(self) -> list[float]:

@@ -135,20 +135,50 @@ def _with_step_times(runs, root, factors):
 
 
 def test_quality_reports_the_step_time_spread(runs, tmp_path):
-    """Step times T x (0.9, 0.95, 1, 1.05, 1.1): median T (so the replay stays exact), spread
-    (1.05 - 0.95) T / T = 10%, beyond QUALITY_LIMIT: one warning, about the spread. Five steps
-    give the median no tighter 95% interval than their range: -10% to +10%."""
-    run, _ = _with_step_times(runs, tmp_path / "run", (0.9, 0.95, 1.0, 1.05, 1.1))
+    """Step times T x (0.9, 0.95, 1, 1.05, 1.1): median T, spread (1.05 - 0.95) T / T = 10%,
+    beyond QUALITY_LIMIT: one warning, about the spread. Five steps give the median no tighter 95%
+    interval than their range: -10% to +10%. The spans stay the run's (T - STEP), so the step
+    overheads are STEP + T (f - 1), mean STEP: the replay is the makespan (T - STEP) plus STEP
+    times the overhead spread's 16th of 32 quantiles (the median draw, as in
+    test_step_overhead_spread_recovered), 1e-9 s either way for the nanosecond rounding."""
+    factors = np.array([0.9, 0.95, 1.0, 1.05, 1.1])
+    run, t = _with_step_times(runs, tmp_path / "run", factors)
     c = assess(calibrate(run), [run])
     (entry,) = c.quality["runs"]
     assert entry["step_time_spread"] == pytest.approx(0.10, abs=1e-12)
     assert entry["step_time_interval"] == pytest.approx([-0.10, 0.10], abs=1e-12)
-    assert abs(entry["self_replay_error"]) < 1e-12
+    overheads = synth.STEP + t * (factors - 1)
+    q = np.maximum(np.quantile(overheads / synth.STEP, (np.arange(32) + 0.5) / 32), 0.0)
+    q = q / q.mean()
+    assert entry["step_time_simulated"] == pytest.approx(t - synth.STEP + synth.STEP * q[15], abs=2e-9)
     assert entry["steps"] == 5
     assert 0.10 > QUALITY_LIMIT and len(c.quality["warnings"]) == 1 and "spread 10.0%" in c.quality["warnings"][0]
     comparison, _ = compare_run(read_measured(tmp_path / "run"), c.for_run(read_measured(tmp_path / "run")))
     assert comparison.step_time_spread == pytest.approx(0.10, abs=1e-12)
     assert comparison.step_time_interval == pytest.approx((-0.10, 0.10), abs=1e-12)
+
+
+def test_step_overhead_spread_recovered(runs, tmp_path):
+    """Step overheads STEP x (0.5, 0.5, 2) over three steps of one span (the run's step times
+    moved by STEP x (f - 1)): the calibration's step overhead is their mean, STEP, its spread the
+    factors' 32 quantiles scaled to mean 1, and with no other spread every draw is the run's
+    makespan plus STEP times its factor: the lower median of 256 draws (8 of each quantile) is
+    the 16th quantile."""
+    from sim import simulate
+
+    f = np.array([0.5, 0.5, 2.0])
+    base = read_measured(runs / "1f1b")
+    t = base.step_times[0]
+    run, _ = _with_step_times(runs, tmp_path / "run", 1 + synth.STEP * (f - 1) / t)
+    c = calibrate(run)
+    assert c.step_overhead == pytest.approx(synth.STEP, abs=1e-12)
+    q = np.quantile(f, (np.arange(32) + 0.5) / 32)
+    assert c.step_overhead_spread == pytest.approx(q / q.mean(), abs=1e-9)
+    assert c.duration_spread == () and c.rank_spread == () and c.step_spread == ()
+    result = simulate(run.program, c.for_run(run))
+    plain = simulate(run.program, dataclasses.replace(c.for_run(run), step_overhead_spread=()))
+    assert result.makespan_ns == plain.makespan_ns
+    assert result.step_time == pytest.approx(plain.makespan + synth.STEP * c.step_overhead_spread[15], abs=1e-9)
 
 
 def test_median_interval_is_the_binomial_order_statistics():
@@ -177,13 +207,13 @@ def test_median_interval_is_the_binomial_order_statistics():
 @pytest.mark.parametrize("wide", [False, True])
 def test_a_self_replay_miss_is_told_from_the_steps_noise(runs, tmp_path, wide):
     """21 steps at T x (1 - a, 1 + a, ... , 1): median T; the step overhead raised by 5% of T
-    puts the replay at +5%. With a = 1% the median's 95% interval is -1% to +1%: the warning
+    (without its spread) puts the replay at +5%. With a = 1% the median's 95% interval is -1% to +1%: the warning
     calls it a model miss; with a = 10% the interval is -10% to +10% and it says the steps
     cannot tell it from noise."""
     a = 0.10 if wide else 0.01
     run, t = _with_step_times(runs, tmp_path / "run", [1 - a, 1 + a] * 10 + [1.0])
     c = calibrate(run)
-    c = dataclasses.replace(c, step_overhead=c.step_overhead + 0.05 * t)
+    c = dataclasses.replace(c, step_overhead=c.step_overhead + 0.05 * t, step_overhead_spread=())
     quality = assess(c, [run]).quality
     (entry,) = quality["runs"]
     assert entry["self_replay_error"] == pytest.approx(0.05, abs=1e-6)

@@ -319,8 +319,9 @@ def spread_oracle(program, costs: CostModel):
     """The spread's result by the oracle: longest paths of every draw, with the factors drawn
     here as the costs module documents them (stratified: each position of a rank's stream
     takes the list's values j * len // draws over the draws, shuffled per position in order by
-    random.Random seeded with what and rank; none for an empty list); the draw with the
-    median makespan (lower median, ties by draw)."""
+    random.Random seeded with what and rank; none for an empty list); the times and step
+    overhead of the draw whose makespan plus step overhead is the median (lower median, ties by
+    draw)."""
     n = costs.spread_draws
 
     def columns(what: str, spread, rank: int, count: int) -> list[list[float]]:
@@ -347,9 +348,11 @@ def spread_oracle(program, costs: CostModel):
                       for rank in range(len(program.streams))]
             factors = [[f * shared[rank] for f in row] for rank, row in enumerate(factors)]
         times = critical_path(program, costs, factors, drawn("transfer", costs.transfer_spread, draw))
-        draws.append((max(end for _, end in times.values()), draw, times))
+        factor = columns("overhead", costs.step_overhead_spread, 0, 1)[0][draw] if costs.step_overhead_spread else 1.0
+        overhead = round(round(costs.step_overhead * NS) * factor)
+        draws.append((max(end for _, end in times.values()) + overhead, draw, times, overhead))
     draws.sort(key=lambda x: x[:2])
-    return draws[(len(draws) - 1) // 2][2]
+    return draws[(len(draws) - 1) // 2][2:]
 
 
 def test_spread_draws_are_stratified() -> None:
@@ -368,7 +371,8 @@ def test_spread_draws_are_stratified() -> None:
 
 @pytest.mark.parametrize("seed", range(30))
 def test_spread_matches_oracle(seed: int) -> None:
-    """With duration, transfer, rank and/or step spreads, the engine's result is the oracle's median draw, time for time."""
+    """With duration, transfer, rank, step and/or step overhead spreads, the engine's result is the
+    oracle's median draw (by makespan plus the draw's step overhead), time for time."""
     rng = random.Random(30_000 + seed)
     schedule = random_schedule(rng) if seed % 2 else registered_schedule(rng)
     base = random_costs(rng, schedule, contention=bool(seed % 3))
@@ -376,10 +380,13 @@ def test_spread_matches_oracle(seed: int) -> None:
     transfer = tuple(rng.choice([0.3, 1.0, 2.5]) for _ in range(rng.randint(0 if spread else 1, 4)))
     shared = tuple(rng.choice([0.9, 1.0, 1.6]) for _ in range(rng.randint(0, 3)))
     step = tuple(rng.choice([0.7, 1.0, 1.3]) for _ in range(rng.randint(0, 3)))
+    # a step overhead of a few actions' length, so that its draws can reorder the makespans'
+    overhead = tuple(rng.choice([0.0, 1.0, 4.0]) for _ in range(rng.randint(0, 3)))
     costs = dataclasses.replace(base, duration_spread=spread, transfer_spread=transfer, rank_spread=shared,
-                                step_spread=step, spread_draws=rng.randint(1, 7))
+                                step_spread=step, step_overhead=rng.uniform(0.0, 3.0) * base.forward[0],
+                                step_overhead_spread=overhead, spread_draws=rng.randint(1, 7))
     program = schedules.lower(schedule)
-    expected = spread_oracle(program, costs)
+    expected, overhead = spread_oracle(program, costs)
     result = simulate(program, costs)
     got = {
         (int(r), int(i)): (round(s * NS), round(e * NS))
@@ -388,6 +395,7 @@ def test_spread_matches_oracle(seed: int) -> None:
     }
     assert got == expected
     assert result.makespan_ns == max(end for _, end in expected.values())
+    assert result.overhead_ns == overhead
 
 
 def test_spread_draws_differ_and_widen_the_makespan() -> None:
