@@ -1,0 +1,36 @@
+"""bench/fidelity.py's summary of a sweep: MAPE, largest error, predictions inside the rounds'
+range and the ordering check, on a hand-made table whose answers are counted by hand."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from scripts import load_script
+
+SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "fidelity.py"
+
+
+def table() -> pd.DataFrame:
+    """One group, m=2: A measured 10 ms (rounds 9-11), B 20 (19-21), C 10.5 (10-11, overlapping A).
+    Predicted: A 10.5 (+5%, inside), B 16 (-20%, outside), C 12.6 (+20%, outside)."""
+    rows = [("a", 10.0, 9.0, 11.0, 10.5), ("b", 20.0, 19.0, 21.0, 16.0), ("c", 10.5, 10.0, 11.0, 12.6)]
+    return pd.DataFrame([{"group": "g", "schedule": s, "m": 2, "measured_ms": mid, "q1_ms": lo, "q3_ms": hi,
+                          "spread": 0.1, "pred_three_ms": pred, "err_three": pred / mid - 1}
+                         for s, mid, lo, hi, pred in rows])
+
+
+def test_summary_counts_by_hand():
+    bench = load_script(SCRIPT)
+    entry = bench.summarize(table(), pd.DataFrame())["groups"]["g"]["three"]
+    assert entry["mape"] == pytest.approx((0.05 + 0.20 + 0.20) / 3)
+    assert entry["largest"] == pytest.approx(-0.20) and entry["largest_case"] == "b m=2"
+    assert (entry["inside_rounds"], entry["cases"]) == (1, 3)
+    # pairs whose ranges do not overlap: a/b and b/c; both ordered as measured (b slower)
+    assert entry["ordering"] == {"pairs": 2, "agreed": 2, "missed": []}
+
+
+def test_ordering_names_a_pair_predicted_the_wrong_way_round():
+    bench = load_script(SCRIPT)
+    t = table()
+    t.loc[t["schedule"] == "b", "pred_three_ms"] = 11.0  # now between a and c: b/c turned round, a/b not
+    assert bench.ordering(t, "pred_three_ms") == {"pairs": 2, "agreed": 1, "missed": ["b/c m=2"]}
