@@ -34,3 +34,11 @@ def test_ordering_names_a_pair_predicted_the_wrong_way_round():
     t = table()
     t.loc[t["schedule"] == "b", "pred_three_ms"] = 11.0  # now between a and c: b/c turned round, a/b not
     assert bench.ordering(t, "pred_three_ms") == {"pairs": 2, "agreed": 1, "missed": ["b/c m=2"]}
+
+
+def test_diagnose_refuses_a_missing_run_with_one_line(tmp_path, capsys):
+    """bench/fidelity_diagnose.py: a run directory that does not exist is one line on stderr and exit 2."""
+    diagnose = load_script(SCRIPT.parent / "fidelity_diagnose.py")
+    assert diagnose.main([str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "does not exist" in err
