@@ -530,8 +530,9 @@ def quality_lines(quality: Mapping[str, Any]) -> list[str]:
 def _fit_one(run: MeasuredRun, idle: float
              ) -> tuple[Calibration, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
     """Every parameter fitted from one run, and the run's compute, transfer, rank, step and
-    step overhead spread residuals (no quality yet); where its ranks shared cores, its compute taken with a rank not
-    computing taking `idle` of a core (`fit_idle_share`, over every run calibrated with it)."""
+    step overhead spread residuals (no quality yet); where its ranks shared cores, its compute
+    taken with a rank not computing taking `idle` of a core (`fit_idle_share`, over every run
+    calibrated with it)."""
     schedule = run.program.schedule
     # clock-aligned once: the overheads, latency and spread all read them; the load term only
     # where ranks share cores (module docstring)

@@ -172,6 +172,9 @@ def _number(name: str, value: Any) -> float:
     return value
 
 
+SPREADS = ("duration_spread", "transfer_spread", "rank_spread", "step_spread", "step_overhead_spread")  # CostModel's
+
+
 @dataclass(frozen=True)
 class ResolvedCosts:
     """A cost model resolved for one schedule: integers (nanoseconds, bytes) per stage.
@@ -213,6 +216,12 @@ class ResolvedCosts:
     cores: int = 0  # processors the ranks' compute shares (0: each rank has its own)
     idle_share: float = 0.0  # share of a core a rank not computing takes, where cores are shared
     transfer_load: int = 0  # ns a transfer takes longer per rank computing meanwhile
+
+    @property
+    def drawn(self) -> bool:
+        """Whether the program is replayed once per draw of a spread (module docstring)."""
+        return self.draws > 1 or any((self.spread, self.transfer_spread, self.rank_spread, self.step_spread,
+                                      self.overhead_spread))
 
 
 @dataclass(frozen=True)
@@ -297,7 +306,7 @@ class CostModel:
             raise CostError(f"weight_memory_fraction must be within 0..1, got {fraction!r}")
         if not isinstance(self.link_contention, bool):
             raise CostError(f"link_contention must be true or false, got {self.link_contention!r}")
-        for name in ("duration_spread", "transfer_spread", "rank_spread", "step_spread", "step_overhead_spread"):
+        for name in SPREADS:
             spread = getattr(self, name)
             if not isinstance(spread, (list, tuple)):
                 raise CostError(f"{name} must be a list of factors, got {spread!r}")
@@ -414,8 +423,7 @@ class CostModel:
             rank_spread=self.rank_spread,
             step_spread=self.step_spread,
             overhead_spread=self.step_overhead_spread,
-            draws=self.spread_draws if (self.duration_spread or self.transfer_spread or self.rank_spread
-                                        or self.step_spread or self.step_overhead_spread) else 1,
+            draws=self.spread_draws if any(getattr(self, name) for name in SPREADS) else 1,
             cores=self.cores or 0,
             idle_share=float(self.idle_share),
             transfer_load=round(self.p2p_load_latency * NS_PER_S),

@@ -99,8 +99,7 @@ def simulate(schedule_or_program: Schedule | Program, costs: CostModel) -> SimRe
         raise TypeError(f"simulate() takes a Schedule or a Program, not {type(schedule_or_program).__name__}")
     resolved = costs.for_schedule(program.schedule)
     compiled = compile_program(program, resolved)
-    if (resolved.draws > 1 or resolved.spread or resolved.transfer_spread or resolved.rank_spread
-            or resolved.step_spread or resolved.overhead_spread):
+    if resolved.drawn:
         records, overhead = median_draw(compiled, resolved)
     else:
         records = replay(compiled, resolved.contention, resolved.send_overhead, resolved.recv_overhead,
