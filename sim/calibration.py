@@ -171,7 +171,7 @@ from schedules.ir import COMPUTE_NAMES, RECV_NAMES, SEND_NAMES, Kind
 from schedules.posting import PostAhead, post_positions
 from schedules.stages import ROLES, balanced_layers, role_of
 
-from .costs import CostError, CostModel
+from .costs import CostError, CostModel, processor_share
 from .measured import MeasuredRun
 from .transfers import (TransferRow, early_receive_times, transfer_fit, transfer_residuals, transfer_rows,
                         transfer_time)
@@ -588,7 +588,7 @@ def _fit_one(run: MeasuredRun, idle: float
         parameter_bytes=parameter_bytes,
         place_factors=places,
         idle_share=idle,
-    ), (spread_residuals(run, idle), transfer_residuals(transfers, law), *rank_residuals(run, idle),
+    ), (spread_residuals(run, idle), transfer_residuals(transfers, law), *rank_and_step_residuals(run, idle),
         overheads / step_overhead if step_overhead > 0 else np.ones(0))
 
 
@@ -613,9 +613,8 @@ def host_ranks(run: MeasuredRun) -> int:
 def full_speed(step: np.ndarray, start: np.ndarray, end: np.ndarray, cores: int, ranks: int = 0,
                idle: float = 0.0) -> np.ndarray:
     """Per compute row (its step, start, end), the time it would have taken on a processor of
-    its own: the integral over its span of min(1, cores / (k(t) + idle x (ranks - k(t)))), k(t)
-    the rows of its step running at t (processor sharing, sim.engine.Processors, where each of
-    the `ranks` not computing takes `idle` of a core; rank clocks taken as aligned)."""
+    its own: the integral over its span of sim.costs.processor_share(k(t), cores, ranks, idle),
+    k(t) the rows of its step running at t (rank clocks taken as aligned)."""
     out = np.zeros(len(start))
     for k_step in np.unique(step):
         here = step == k_step
@@ -624,8 +623,7 @@ def full_speed(step: np.ndarray, start: np.ndarray, end: np.ndarray, cores: int,
         # rows running in each segment [points[i], points[i + 1])
         running = np.searchsorted(np.sort(a), points[:-1], side="right") - np.searchsorted(np.sort(b), points[:-1],
                                                                                             side="right")
-        demand = np.maximum(running, 1) + idle * np.maximum(ranks - running, 0)
-        rate = np.minimum(1.0, cores / demand)
+        rate = np.array([processor_share(k, cores, ranks, idle) for k in range(int(running.max()) + 1)])[running]
         integral = np.concatenate([[0.0], np.cumsum(np.diff(points) * rate)])
         out[here] = integral[np.searchsorted(points, b)] - integral[np.searchsorted(points, a)]
     return out
@@ -735,8 +733,9 @@ def anchored(fit: LinearCost, stages: list[dict], kind: str) -> LinearCost:
 
 def spread_residuals(run: MeasuredRun, idle: float | None = None) -> np.ndarray:
     """Each compute action's duration over its typical cost (`typical_costs`) times its rank's
-    factor in that step (`rank_residuals`: what the rank spread draws), its deviation widened
-    by sqrt(n / (n - 1)) for a step and rank of n actions (the factor is fitted on them)."""
+    factor in that step (what the step and rank spreads draw together,
+    `rank_and_step_residuals`), its deviation widened by sqrt(n / (n - 1)) for a step and rank
+    of n actions (the factor is fitted on them)."""
     frame = typical_costs(compute_frame(run, idle))
     sums = frame.groupby(["step", "rank"])[["duration", "typical"]].transform("sum")
     size = frame.groupby(["step", "rank"])["duration"].transform("size")
@@ -754,7 +753,7 @@ def typical_costs(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.join(typical.rename("typical"), on=keys)
 
 
-def rank_residuals(run: MeasuredRun, idle: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+def rank_and_step_residuals(run: MeasuredRun, idle: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The rank spread's residuals (per step and rank: the rank's own factor) and the step
     spread's (per step: all ranks' compute over its typical cost), module docstring."""
     sums = typical_costs(compute_frame(run, idle)).groupby(["step", "rank"])[["duration", "typical"]].sum()

@@ -483,6 +483,14 @@ class CostModel:
         return cls.from_dict(read_json(path, CostError, "cost model "))
 
 
+def processor_share(computing: int, cores: int, ranks: int, idle: float) -> float:
+    """The speed (share of a processor) of each of `computing` compute actions when `ranks` ranks
+    share `cores` processors and each rank not computing takes `idle` of one (module docstring,
+    ``cores`` and ``idle_share``): min(1, cores / (k + idle x (ranks - k))). The one law the
+    engine replays (sim.engine.Processors) and the calibration inverts (sim.calibration.full_speed)."""
+    return min(1.0, cores / (max(computing, 1) + idle * max(ranks - computing, 0)))
+
+
 def spread_factors(spread: Sequence[float], draws: int, rank: int, count: int,
                    what: str = "spread") -> list[list[float]]:
     """Per draw (0 .. draws - 1), the factors of the first `count` positions of rank `rank`'s

@@ -60,7 +60,7 @@ from schedules import Action, Kind, Program, Schedule, ScheduleError, lower
 from schedules.analysis import places, switches
 from schedules.ir import Direction, transfer_count
 
-from .costs import CostModel, ResolvedCosts, spread_factors
+from .costs import CostModel, ResolvedCosts, processor_share, spread_factors
 from .result import RankRecord, SimResult
 
 # Opcodes of the compiled streams (plain ints keep the hot loop cheap).
@@ -295,8 +295,7 @@ class Processors:
         return event
 
     def _rate(self) -> float:
-        k = len(self.jobs)
-        return min(1.0, self.cores / (k + self.idle * max(self.ranks - k, 0)))
+        return processor_share(len(self.jobs), self.cores, self.ranks, self.idle)
 
     def _advance(self) -> None:
         now = self.env.now

@@ -288,12 +288,12 @@ def test_step_spread_recovered_from_slowness_all_ranks_share(runs):
     run's compute level under its own calibration is 1 (its compute per step, mean over steps,
     is what the costs hold; the median step's, 0.9 of it, is not)."""
     from sim import simulate
-    from sim.calibration import rank_residuals
+    from sim.calibration import rank_and_step_residuals
     from sim.comparison import compute_level
 
     s = (0.9, 0.9, 1.2)
     run = _with_step_factors(read_measured(runs / "1f1b"), lambda k, r: s[k])
-    own, shared = rank_residuals(run)
+    own, shared = rank_and_step_residuals(run)
     assert sorted(shared) == pytest.approx(sorted(s), rel=1e-9)
     assert own == pytest.approx(np.ones(len(own)), abs=1e-9)
     c = calibrate(run)
@@ -313,7 +313,7 @@ def test_rank_spread_recovered_from_slowness_of_one_rank(runs):
     its factor over its step's (1), its deviation widened by sqrt(2) for the two ranks the
     step's factor was taken over."""
     from sim import simulate
-    from sim.calibration import compute_frame, rank_residuals
+    from sim.calibration import compute_frame, rank_and_step_residuals
 
     base = read_measured(runs / "1f1b")
     per_rank = compute_frame(base).groupby("rank")["duration"].sum()  # every step alike
@@ -321,7 +321,7 @@ def test_rank_spread_recovered_from_slowness_of_one_rank(runs):
     a = (0.0, 0.2, -0.2)
     g = {0: tuple(1 + x for x in a), 1: tuple(1 - x * ratio for x in a)}
     run = _with_step_factors(base, lambda k, r: g[r][k])
-    own, shared = rank_residuals(run)
+    own, shared = rank_and_step_residuals(run)
     assert shared == pytest.approx(np.ones(3), abs=1e-9)
     expected = [1 + (x - 1) * np.sqrt(2) for x in g[0] + g[1]]
     assert sorted(own) == pytest.approx(sorted(expected), rel=1e-9)
