@@ -254,7 +254,7 @@ def main() -> int:
                 for entry in c.quality["runs"]:
                     low, high = entry["step_time_interval"]
                     calib_out.append({"group": name, "round": k, "calibration": label,
-                                      **{k: v for k, v in entry.items() if k != "step_time_interval"},
+                                      **{key: v for key, v in entry.items() if key != "step_time_interval"},
                                       "interval_low": low, "interval_high": high})
         for (schedule, m), runs in measured.items():
             medians = [float(np.median(r.step_times)) for r in runs]
