@@ -78,6 +78,18 @@ def post_positions(stream: Sequence[Action], ahead: PostAhead) -> dict[int, int]
     return positions
 
 
+def posted_before(stream: Sequence[Action], ahead: PostAhead) -> list[int]:
+    """Per position of `stream`, how many receives are posted just before that action
+    (`post_positions`; a receive posted at its RECV is posted inside the RECV, so it counts
+    before no action). Entry 0 is what a rank posts before its first action: with whole-step
+    posting, every receive of its step."""
+    counts = [0] * len(stream)
+    if not ahead.at_recv:
+        for at in post_positions(stream, ahead).values():
+            counts[at] += 1
+    return counts
+
+
 def posting_plan(program: Program, rank: int) -> dict[int, tuple[Transfer, ...]]:
     """For each RECV position of `rank`'s stream, the transfers to post there, for a transport
     that matches a sender's messages in posting order: they come from one sender, in that

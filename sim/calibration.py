@@ -101,12 +101,20 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   for short ones (bench/processor_sharing.py; sweep 9's calibration runs: 0.15-0.4 at gpt 8 rows
   p=4, 0.4-0.6 at mlp 256 rows, 0.8-0.9 at mlp 8 rows). Several runs: one share fitted over all
   their cells at once, each run's compute taken under it.
+- **post_overhead**: rank time per receive posted before a rank's first action (sim.costs;
+  with whole-step posting, every receive of its step): least squares of each rank's first
+  row start in each step (its clock starts at the step's barrier) on the receives it posted
+  first (schedules.posting.posted_before), one slope and one intercept over all the runs
+  calibrated together (`fit_post_overhead`). A run whose ranks all post as many (1F1B at
+  p=2: m each) cannot tell the slope from the intercept; alone it fits 0, and the posting
+  stays in step_overhead at that run's count. Sweep 9: 26-38 us per receive at p=2, 37-50 us
+  at p=4 (four ranks posting on two cores), the intercept 80-200 us.
 - **step_overhead**: measured step time (barrier to barrier, rank 0) minus the span of
   the step's streams (earliest row start to latest row end, a compute row's end taken
-  `dispatch_overhead` later as the simulator's row includes that gap), mean over steps:
-  the barriers, the optimizer and, before the first action, the posting of the step's
-  receives (0.3-0.6 ms on the README example, which the simulated streams, starting at 0,
-  do not hold). **step_overhead_spread**: each step's over that mean, as SPREAD_QUANTILES
+  `dispatch_overhead` later as the simulator's row includes that gap), mean over steps,
+  less the simulated lead (post_overhead times the fewest receives a rank posts first, the
+  time before the simulator's earliest row): the barriers, the optimizer and, before the
+  first action, what posting does not explain. **step_overhead_spread**: each step's over that mean, as SPREAD_QUANTILES
   quantiles scaled to mean 1, drawn once per replay. The overhead has a right tail and
   hardly follows the span (correlation 0.09 over sweep 9's calibration runs), so the median
   step exceeds the median span plus the median overhead: by 1.8% at mlp 2 rows and 1.4% at
@@ -168,7 +176,7 @@ import pandas as pd
 
 from schedules.analysis import places, switches
 from schedules.ir import COMPUTE_NAMES, RECV_NAMES, SEND_NAMES, Kind
-from schedules.posting import PostAhead, post_positions
+from schedules.posting import posted_before
 from schedules.stages import ROLES, balanced_layers, role_of
 
 from .costs import CostError, CostModel, processor_share
@@ -236,6 +244,8 @@ class Calibration:
     parameter_bytes: Mapping[str, Any] | None = None  # prologue, layers (list), epilogue
     place_factors: Mapping[str, tuple[float, ...]] = field(default_factory=dict)  # kind -> first places' factors
     idle_share: float = 0.0  # where the run's ranks shared cores (fit_idle_share)
+    post_overhead: float = 0.0  # per receive posted before a rank's first action (fit_post_overhead)
+    post_ahead: int | str = 0  # where the calibrated run posted its receives (summary.json's post_ahead)
 
     # ------------------------------------------------------------------ prediction
     def for_stages(self, num_stages: int) -> CostModel:
@@ -299,6 +309,8 @@ class Calibration:
             send_overhead=self.send_overhead,
             recv_overhead=self.recv_overhead,
             step_overhead=self.step_overhead,
+            post_overhead=self.post_overhead,
+            post_ahead=self.post_ahead,
             switch_forward=self.switch_forward,
             switch_backward=self.switch_backward,
             place_factors={k: v for k, v in self.place_factors.items() if k in times},
@@ -316,7 +328,7 @@ class Calibration:
         costs = self.cost_model(run.program.schedule.num_stages, run.stage_layers)
         cores = shared_cores(run)
         return replace(costs, data_parallel=data_parallel_of(run), cores=cores,
-                       idle_share=self.idle_share if cores is not None else 0.0)
+                       idle_share=self.idle_share if cores is not None else 0.0, post_ahead=run.post_ahead.written)
 
     def gradient_bytes(self, layers: Sequence[tuple[int, int]]) -> list[int]:
         """Per stage holding `layers`, the bytes its REDUCE_GRAD all-reduces (0 if unknown)."""
@@ -360,6 +372,9 @@ class Calibration:
             lines.append(f"  a stage's first actions of a kind in a step (cost over the later ones'): {places}")
         lines.append(f"  overheads: dispatch {us(self.dispatch_overhead)} per compute action, send {us(self.send_overhead)}, "
                      f"recv {us(self.recv_overhead)}, step {us(self.step_overhead)}")
+        if self.post_overhead:
+            lines.append(f"  receives posted before a rank's first action (post-ahead {self.post_ahead}): "
+                         f"{us(self.post_overhead)} each")
         if self.idle_share:
             lines.append(f"  ranks sharing cores: a rank not computing takes {self.idle_share:.2f} of a core")
         bandwidth = "unlimited" if math.isinf(self.p2p_bandwidth) else f"{self.p2p_bandwidth / 1e9:.2f} GB/s"
@@ -459,7 +474,8 @@ def calibrate_runs(runs: Sequence[MeasuredRun]) -> Calibration:
     if not runs:
         raise CostError("calibrate needs at least one run")
     idle = fit_idle_share(*runs)  # one law for all: each run's compute taken under it
-    fitted = [_fit_one(run, idle) for run in runs]
+    post = fit_post_overhead(*runs)  # one slope for all: a single run often cannot show it
+    fitted = [_fit_one(run, idle, post) for run in runs]
     first = fitted[0][0]
     for run, (c, _) in zip(runs[1:], fitted[1:]):
         if dict(c.model) != dict(first.model) or c.rows != first.rows:
@@ -472,7 +488,7 @@ def calibrate_runs(runs: Sequence[MeasuredRun]) -> Calibration:
     calibration = replace(calibration, duration_spread=spread_quantiles(pooled[0]),
                           transfer_spread=spread_quantiles(pooled[1]), rank_spread=spread_quantiles(pooled[2]),
                           step_spread=spread_quantiles(pooled[3]), step_overhead_spread=spread_quantiles(pooled[4]),
-                          idle_share=idle)
+                          idle_share=idle, post_overhead=post)
     return calibration
 
 
@@ -527,12 +543,13 @@ def quality_lines(quality: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _fit_one(run: MeasuredRun, idle: float
+def _fit_one(run: MeasuredRun, idle: float, post: float = 0.0
              ) -> tuple[Calibration, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
     """Every parameter fitted from one run, and the run's compute, transfer, rank, step and
     step overhead spread residuals (no quality yet); where its ranks shared cores, its compute
     taken with a rank not computing taking `idle` of a core (`fit_idle_share`, over every run
-    calibrated with it)."""
+    calibrated with it); `post` the cost of a receive posted before a rank's first action
+    (`fit_post_overhead`), whose simulated lead leaves the step overhead."""
     schedule = run.program.schedule
     # clock-aligned once: the overheads, latency and spread all read them; the load term only
     # where ranks share cores (module docstring)
@@ -552,7 +569,8 @@ def _fit_one(run: MeasuredRun, idle: float
         compute, ratio = fit_compute(layers_profile["records"], stages, diagnostics)
         activation, weight_memory = fit_memory(layers_profile["records"])
     latency, bandwidth, load = fit_p2p(run, transfers, law, diagnostics)
-    overheads = np.array(run.step_times) - np.array(stream_spans(run.timeline, dispatch))
+    lead = post * min(first_posts(run), default=0)  # the simulator's earliest row starts this late
+    overheads = np.array(run.step_times) - np.array(stream_spans(run.timeline, dispatch)) - lead
     step_overhead = max(float(np.mean(overheads)), 0.0) if len(overheads) else 0.0
     boundaries = run.boundary_bytes
     parameter_bytes = run.summary.get("parameter_bytes")
@@ -588,6 +606,7 @@ def _fit_one(run: MeasuredRun, idle: float
         parameter_bytes=parameter_bytes,
         place_factors=places,
         idle_share=idle,
+        post_ahead=run.post_ahead.written,
     ), (spread_residuals(run, idle), transfer_residuals(transfers, law), *rank_and_step_residuals(run, idle),
         overheads / step_overhead if step_overhead > 0 else np.ones(0))
 
@@ -630,6 +649,29 @@ def full_speed(step: np.ndarray, start: np.ndarray, end: np.ndarray, cores: int,
 
 
 IDLE_SHARES = tuple(i / 20 for i in range(21))  # the values fit_idle_share tries
+
+
+def first_posts(run: MeasuredRun) -> list[int]:
+    """Per rank, the receives the executor posts before its first action (schedules.posting)."""
+    return [(posted_before(stream, run.post_ahead)[:1] or [0])[0] for stream in run.program.streams]
+
+
+def fit_post_overhead(*runs: MeasuredRun) -> float:
+    """Rank time per receive posted before a rank's first action (module docstring): the slope
+    of each (run, step, rank)'s first row start on the receives that rank posted first, one
+    line over all `runs`; 0 where the counts do not vary or the slope is not positive."""
+    counts, starts = [], []
+    for run in runs:
+        posts = first_posts(run)
+        first = run.timeline.groupby(["step", "rank"])["start"].min()
+        for (_, rank), start in first.items():
+            if rank < len(posts):
+                counts.append(posts[rank])
+                starts.append(start)
+    if len(set(counts)) < 2:
+        return 0.0
+    slope = float(np.polyfit(np.array(counts, dtype=float), np.array(starts), 1)[0])
+    return max(slope, 0.0)
 
 
 def fit_idle_share(*runs: MeasuredRun) -> float:
@@ -794,7 +836,7 @@ def executor_overheads(run: MeasuredRun, transfers: Sequence[TransferRow],
     of every gap between consecutive actions of a rank on one constant per kind of the action
     before the gap (compute, SEND, RECV) plus a cost per receive posted in the gap; receives
     whose data was there by the transfer `law` (`transfer_fit`) give the cost of a RECV."""
-    posts = [posts_before(stream, run.post_ahead) for stream in run.program.streams]
+    posts = [posted_before(stream, run.post_ahead) for stream in run.program.streams]
     kinds = [[_gap_kind(a) for a in stream] for stream in run.program.streams]
     rows, gaps = [], []
     for (_, rank), frame in run.timeline.groupby(["step", "rank"], sort=True):
@@ -832,17 +874,6 @@ def _gap_kind(action) -> int:
     """The column of the gap fit for the gap after `action`."""
     kind = action.kind
     return _AFTER_COMPUTE if kind.is_compute else _AFTER_SEND if kind.is_send or kind.is_collective else _AFTER_RECV
-
-
-def posts_before(stream, ahead: PostAhead) -> list[int]:
-    """Per position of a rank's stream, how many receives the executor posts just before that
-    action (placement: schedules.posting; a receive posted at its RECV is posted inside the
-    RECV's row, so no gap holds it)."""
-    counts = [0] * len(stream)
-    if not ahead.at_recv:
-        for at in post_positions(stream, ahead).values():
-            counts[at] += 1
-    return counts
 
 
 def fit_p2p(run: MeasuredRun, transfers: Sequence[TransferRow], law: tuple[float, float] | None,

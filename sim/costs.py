@@ -42,6 +42,14 @@ from the SEND's start; the rank moves on after the overhead); ``recv_overhead`` 
 least rank time of each RECV (it ends at ``max(reached + recv_overhead, arrival)``);
 ``step_overhead`` is what a training step takes beyond the makespan (the barriers and
 bookkeeping around the streams): ``SimResult.step_time = makespan + step_overhead``.
+``post_overhead`` is rank time per receive the executor posts before a rank's first action
+(allocating its buffer and posting it; where receives are posted is ``post_ahead``, as the
+executor's ``--post-ahead`` writes it: a count of compute actions, or "step" for every
+receive of the step at its start, schedules.posting): rank r starts its stream
+``post_overhead x`` that count later. With whole-step posting (the executor's default on
+gloo) a rank posts every receive of its step first, so a schedule with more transfers, or
+the same at a larger m, starts later: 26-38 us per receive on sweep 9's CPU runs at p=2,
+37-50 us at p=4 (sim.calibration fits it).
 A fixed per-compute-action overhead needs no field: it is part of each stage's F/B/I/W
 cost (see sim.calibration, which fits it). ``switch_forward`` and ``switch_backward``
 (the latter for B, I and W) are added to a compute action whose rank's previous
@@ -127,9 +135,10 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence, Union
 
-from schedules import Kind, Schedule
+from schedules import Kind, Schedule, ScheduleError
 from schedules.ir import COMPUTE_NAMES
 from schedules.io import read_json
+from schedules.posting import PostAhead
 
 Number = Union[int, float]
 PerStage = Union[Number, Sequence[Number]]
@@ -184,7 +193,9 @@ class ResolvedCosts:
     `memory[s]`: activation bytes of one microbatch on stage s; `weight_memory[s]`: the
     part of it kept from I until W; `static[r]`: static bytes of rank r; `send_overhead`,
     `recv_overhead`, `step_overhead`, `switch_forward`, `switch_backward`: the executor
-    overheads of the cost model; `place_factors`: per compute kind, the factors of the first
+    overheads of the cost model; `post_overhead` (ns per receive) and `post_ahead`
+    (schedules.posting.PostAhead): what a rank posts before its first action and what that
+    costs; `place_factors`: per compute kind, the factors of the first
     actions of a stage in a step; `spread`, `transfer_spread`, `rank_spread`, `step_spread`,
     `overhead_spread`, `draws`: duration_spread, transfer_spread, rank_spread, step_spread,
     step_overhead_spread and spread_draws.
@@ -216,6 +227,8 @@ class ResolvedCosts:
     cores: int = 0  # processors the ranks' compute shares (0: each rank has its own)
     idle_share: float = 0.0  # share of a core a rank not computing takes, where cores are shared
     transfer_load: int = 0  # ns a transfer takes longer per rank computing meanwhile
+    post_overhead: int = 0  # ns per receive posted before a rank's first action
+    post_ahead: PostAhead = PostAhead()  # where the executor posts receives (schedules.posting)
 
     @property
     def drawn(self) -> bool:
@@ -242,6 +255,8 @@ class CostModel:
     p2p_load_latency (seconds a transfer takes longer per rank computing meanwhile, default 0).
     Executor overheads (seconds, default 0): send_overhead (rank time per SEND),
     recv_overhead (least rank time per RECV), step_overhead (step time minus makespan),
+    post_overhead (rank time per receive posted before a rank's first action, placed by
+    post_ahead: a count of compute actions or "step", default 0: each at its RECV),
     switch_forward / switch_backward (added to an F / a B, I or W that does not repeat
     its rank's previous compute action's stage and kind); place_factors (kind name -> factors
     of the first actions of a stage and kind in a step, module docstring).
@@ -287,6 +302,8 @@ class CostModel:
     allreduce_bandwidth: float = math.inf
     cores: int | None = None
     idle_share: float = 0.0
+    post_overhead: float = 0.0
+    post_ahead: int | str = 0
 
     def __post_init__(self) -> None:
         for name in ("forward", "p2p_activation_bytes", "activation_memory", "static_memory"):
@@ -296,7 +313,7 @@ class CostModel:
         if self.backward_full is None and self.backward_input is None:
             raise CostError("give backward_input (with optional backward_weight) or backward_full")
         for name in ("p2p_latency", "p2p_load_latency", "send_overhead", "recv_overhead", "step_overhead",
-                     "switch_forward", "switch_backward"):
+                     "post_overhead", "switch_forward", "switch_backward"):
             object.__setattr__(self, name, _number(name, getattr(self, name)))
         bandwidth = self.p2p_bandwidth
         if isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float)) or not bandwidth > 0:
@@ -329,6 +346,10 @@ class CostModel:
         if isinstance(self.idle_share, bool) or not isinstance(self.idle_share, (int, float)) or not (
                 0.0 <= self.idle_share <= 1.0):
             raise CostError(f"idle_share must be a number from 0 to 1, got {self.idle_share!r}")
+        try:
+            PostAhead.parse(self.post_ahead)
+        except ScheduleError as exc:
+            raise CostError(f"post_ahead: {exc}") from None
         draws = self.spread_draws
         if isinstance(draws, bool) or not isinstance(draws, int) or draws < 1:
             raise CostError(f"spread_draws must be an integer >= 1, got {draws!r}")
@@ -427,6 +448,8 @@ class CostModel:
             cores=self.cores or 0,
             idle_share=float(self.idle_share),
             transfer_load=round(self.p2p_load_latency * NS_PER_S),
+            post_overhead=round(self.post_overhead * NS_PER_S),
+            post_ahead=PostAhead.parse(self.post_ahead),
             reduce_grad=tuple(
                 self.allreduce_ns(b) for b in _per_stage("grad_reduce_bytes", self.grad_reduce_bytes, n, v)
             ),

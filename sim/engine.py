@@ -19,7 +19,10 @@ Semantics (times are integer nanoseconds, so results are exact and deterministic
   after the rank reached it, and a compute action that does not repeat the stage and
   kind of its rank's previous compute action costs ``switch_forward`` (F) or
   ``switch_backward`` (B, I, W) more; the first actions of a stage and kind in a step
-  (schedules.analysis.places) cost their stage cost times their ``place_factors``.
+  (schedules.analysis.places) cost their stage cost times their ``place_factors``;
+  a rank starts its stream ``post_overhead`` times the receives it posts before its first
+  action later (``post_ahead``, schedules.posting.posted_before; every receive of its step
+  with whole-step posting), holding its rank but no shared processor, as a SEND's overhead.
 
 With ``cores`` (sim.costs; one host's CPU executor running more ranks than it has cores) the
 ranks' compute shares that many processors: while k actions compute, each advances at
@@ -59,6 +62,7 @@ import simpy
 from schedules import Action, Kind, Program, Schedule, ScheduleError, lower
 from schedules.analysis import places, switches
 from schedules.ir import Direction, transfer_count
+from schedules.posting import posted_before
 
 from .costs import CostModel, ResolvedCosts, processor_share, spread_factors
 from .result import RankRecord, SimResult
@@ -83,6 +87,7 @@ class Compiled:
     ops: tuple[tuple[tuple[int, ...], ...], ...]
     num_transfers: int
     num_links: int
+    starts: tuple[int, ...] = ()  # per rank: ns before its first action (receives it posts first); () all 0
 
 
 def simulate(schedule_or_program: Schedule | Program, costs: CostModel) -> SimResult:
@@ -188,7 +193,11 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
             else:
                 append((_RECV, first + mb))
         ops.append(tuple(row))
-    return Compiled(tuple(ops), transfer_count(n, m), p * p)
+    starts = ()
+    if costs.post_overhead:
+        starts = tuple(costs.post_overhead * (posted_before(stream, costs.post_ahead)[:1] or [0])[0]
+                       for stream in program.streams)
+    return Compiled(tuple(ops), transfer_count(n, m), p * p, starts)
 
 
 SpreadTables = list[tuple[list[list[float]], list[list[float]], list[float]]]
@@ -217,7 +226,7 @@ def spread_draw(compiled: Compiled, tables: SpreadTables, draw: int) -> Compiled
             else (_SEND, op[1], round(op[2] * t), op[3], t) if op[0] == _SEND else op
             for op, f, t in zip(row, compute[draw], transfer[draw])
         ))
-    return Compiled(tuple(ops), compiled.num_transfers, compiled.num_links)
+    return Compiled(tuple(ops), compiled.num_transfers, compiled.num_links, compiled.starts)
 
 
 def draw_overheads(costs: ResolvedCosts) -> list[int]:
@@ -261,10 +270,11 @@ def replay(compiled: Compiled, contention: bool, send_overhead: int = 0, recv_ov
     records = [RankRecord() for _ in compiled.ops]
     shared = Processors(env, cores, len(compiled.ops), idle) if 0 < cores < len(compiled.ops) else None
     wire = Wire(env, load, compiled.num_links, contention, arrivals, waiters) if load > 0 else None
-    for ops, out in zip(compiled.ops, records):
+    begins = compiled.starts or (0,) * len(compiled.ops)
+    for ops, out, begin in zip(compiled.ops, records, begins):
         env.process(
             _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overhead, recv_overhead, out,
-                          shared, wire)
+                          shared, wire, begin)
         )
     env.run()
     return records
@@ -414,13 +424,16 @@ class Wire:
 
 
 def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overhead, recv_overhead, out: RankRecord,
-                  shared: "Processors | None" = None, wire: "Wire | None" = None):
-    """Walk one rank's ops, recording into `out` as it goes (compute on `shared` processors
-    when given, else on the rank's own; transfers on `wire` when given)."""
+                  shared: "Processors | None" = None, wire: "Wire | None" = None, begin: int = 0):
+    """Walk one rank's ops from `begin` ns on, recording into `out` as it goes (compute on
+    `shared` processors when given, else on the rank's own; transfers on `wire` when given)."""
     timeout = env.timeout
     record = out.times.append
     memory = out.memory
     now = held = peak = busy = 0
+    if begin:
+        yield timeout(begin)
+        now = begin
     collective_free = 0  # when the rank's collective resource has ended its last reduction
     first = -1
     last = 0

@@ -70,6 +70,8 @@ PLACES: dict = {}  # the machine's place factors (none unless a test sets them)
 CORES = None  # processors the machine's ranks share (None: one each, unless a test sets them)
 IDLE = 0.0  # with CORES: the share of a core a rank not computing takes
 LOAD = 0.0  # what a transfer takes longer per rank computing meanwhile (none unless a test sets it)
+POST = 0.0  # rank time per receive posted before a rank's first action (none unless a test sets it)
+POST_AHEAD = 0  # where the executor posts its receives ("step": all at the step's start)
 
 
 def true_costs(num_stages: int) -> CostModel:
@@ -82,7 +84,7 @@ def true_costs(num_stages: int) -> CostModel:
         p2p_activation_bytes=BOUNDARY, activation_memory=[ACT_FIXED[r] + n * ACT_PER_LAYER for r, n in zip(roles, counts)],
         send_overhead=SEND, recv_overhead=RECV, step_overhead=STEP,
         switch_forward=SWITCH["F"], switch_backward=SWITCH["B"], place_factors=PLACES, cores=CORES, idle_share=IDLE,
-        p2p_load_latency=LOAD,
+        p2p_load_latency=LOAD, post_overhead=POST, post_ahead=POST_AHEAD,
     )
 
 
@@ -125,7 +127,7 @@ def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profil
         "schedule": name, "ranks": 2, "microbatches": m, "chunks": schedule.chunks, "stages": n,
         "model": {**MODEL, "batch_size": ROWS * m}, "batch_size": ROWS * m, "microbatch_sizes": [ROWS] * m,
         "steps": steps, "warmup": 1, "step_times": [step_time] * steps, "step_time_median": step_time,
-        "peak_activation_bytes": result.peak_activation_bytes, "stage_costs": stage_costs,
+        "peak_activation_bytes": result.peak_activation_bytes, "stage_costs": stage_costs, "post_ahead": POST_AHEAD,
     }
     if CORES is not None:  # a CPU run on one host records its cores
         summary.update({"device": "cpu", "cpu_cores": CORES, "local_world_size": 2})
@@ -351,6 +353,36 @@ def test_idle_ranks_share_of_a_core_is_recovered(tmp_path, monkeypatch, idle):
     assert simulate(held_out.program, both.for_run(held_out)).step_time == pytest.approx(truth, rel=1e-6)
 
 
+def test_posting_cost_of_a_ranks_first_receives_is_recovered(tmp_path, monkeypatch):
+    """Whole-step posting at 40 us a receive: a rank starts its stream that much later per
+    receive of its step (1F1B at p=2, m=4: 4 on each rank; interleaved v=2: 12). The two runs
+    together give back the cost and the step overhead exactly, replay both and predict GPipe
+    and 1F1B at other m. One 1F1B run alone posts as many on each rank, so it cannot tell the
+    cost from the overhead: it fits none, replays itself, and predicts 1F1B at m=12 short by
+    exactly the 8 receives more that each rank posts there."""
+    monkeypatch.setitem(globals(), "POST", 40_000 * NS)
+    monkeypatch.setitem(globals(), "POST_AHEAD", "step")
+    write_run(tmp_path / "1f1b", "1f1b", 4, profile=True)
+    write_run(tmp_path / "interleaved", "interleaved", 4, 2, profile=True)
+    runs = [read_measured(tmp_path / name) for name in ("1f1b", "interleaved")]
+    both = calibrate_runs(runs)
+    assert both.post_overhead == pytest.approx(POST, abs=1e-12)
+    assert both.step_overhead == pytest.approx(STEP, abs=1e-12)
+    for run in runs:
+        assert abs(compare_run(run, both.for_run(run))[0].step_time_error) < 1e-9
+    for name, m in (("gpipe", 6), ("1f1b", 12)):
+        truth = write_run(tmp_path / f"{name}-{m}", name, m)
+        held_out = read_measured(tmp_path / f"{name}-{m}")
+        assert simulate(held_out.program, both.for_run(held_out)).step_time == pytest.approx(truth, rel=1e-9)
+    alone = calibrate(runs[0])
+    assert alone.post_overhead == 0.0 and alone.step_overhead == pytest.approx(STEP + 4 * POST, abs=1e-12)
+    assert abs(compare_run(runs[0], alone.for_run(runs[0]))[0].step_time_error) < 1e-9
+    held_out = read_measured(tmp_path / "1f1b-12")
+    short = simulate(held_out.program, alone.for_run(held_out)).step_time
+    assert held_out.step_time_median - short == pytest.approx(8 * POST, abs=1e-9)
+    assert Calibration.from_dict(json.loads(json.dumps(both.to_dict()))).post_overhead == both.post_overhead
+
+
 @pytest.mark.parametrize("name,m,chunks", [("gpipe", 4, None), ("1f1b", 16, None), ("interleaved", 8, 2),
                                            ("interleaved", 4, 4)])
 def test_calibration_predicts_other_schedules_and_chunk_counts(calibration_run, tmp_path, name, m, chunks):
@@ -520,23 +552,22 @@ def test_compare_predicts_from_a_calibration_file(calibration_run, tmp_path, cap
     assert code == 2 and "is a calibration" in err
 
 
-def test_posts_before_places_receives_like_the_executor():
+def test_posted_before_places_receives_like_the_executor():
     """runtime/executor.py posts a RECV's receive just before the compute action that lies
     post_ahead compute actions before the RECV (worked by hand for 1F1B, p=2, m=2)."""
-    from schedules.posting import PostAhead
-    from sim.calibration import posts_before
+    from schedules.posting import PostAhead, posted_before
 
     program = schedules.lower(schedules.build("1f1b", ranks=2, microbatches=2))
     rank1 = program.streams[1]
     assert [str(a) for a in rank1] == ["1RECV_F0", "1F0", "1B0", "1SEND_B0", "1RECV_F1", "1F1", "1B1", "1SEND_B1"]
     # k=1: 1RECV_F0 has no compute before it (posted before the first action); 1RECV_F1 has
     # F0 and B0 before it, so it is posted one compute earlier than F1: before B0.
-    assert posts_before(rank1, PostAhead(1)) == [1, 0, 1, 0, 0, 0, 0, 0]
+    assert posted_before(rank1, PostAhead(1)) == [1, 0, 1, 0, 0, 0, 0, 0]
     # k=2: 1RECV_F1 goes before F0; with 0 every receive is posted inside its RECV.
-    assert posts_before(rank1, PostAhead(2)) == [1, 1, 0, 0, 0, 0, 0, 0]
+    assert posted_before(rank1, PostAhead(2)) == [1, 1, 0, 0, 0, 0, 0, 0]
     # "step": every receive of the step before the first action.
-    assert posts_before(rank1, PostAhead.step()) == [2, 0, 0, 0, 0, 0, 0, 0]
-    assert posts_before(rank1, PostAhead(0)) == [0] * 8
+    assert posted_before(rank1, PostAhead.step()) == [2, 0, 0, 0, 0, 0, 0, 0]
+    assert posted_before(rank1, PostAhead(0)) == [0] * 8
 
 
 def test_sweep_predicts_from_a_calibration_file(calibration_run, tmp_path, capsys):

@@ -7,8 +7,9 @@ contention, every start and end time must agree exactly (integer nanoseconds), a
 memory table, busy time, makespan and bubble ratio. Cases: random valid schedules on random
 placements (V-like adjacent stages on one rank included) with random split backward, and every
 registered schedule at random sizes, all with random heterogeneous per-stage costs and random
-executor overheads (rank time per SEND and per RECV, the step overhead added to the makespan, and
-the cost of a compute action that does not repeat its rank's previous one).
+executor overheads (rank time per SEND and per RECV, the step overhead added to the makespan,
+the cost of a compute action that does not repeat its rank's previous one, and the posting of
+the receives a rank posts before its first action, counted here from the stream alone).
 
 Link contention (one transfer at a time per directed link, in issue order) is one more kind of
 edge in the same graph, so the oracle checks it too, on a further set of random cases.
@@ -109,6 +110,8 @@ def random_costs(rng: random.Random, schedule: Schedule, contention: bool = Fals
         send_overhead=rng.choice([0, rng.randint(1, 5)]) * 1e-6,
         recv_overhead=rng.choice([0, rng.randint(1, 5)]) * 1e-6,
         step_overhead=rng.randint(0, 50) * 1e-6,
+        post_overhead=rng.choice([0, rng.randint(1, 9)]) * 1e-6,
+        post_ahead=rng.choice([0, 1, 2, "step"]),
         switch_forward=rng.choice([0, rng.randint(1, 9)]) * 1e-6,
         switch_backward=rng.choice([0, rng.randint(1, 9)]) * 1e-6,
         place_factors={k: [rng.choice([0.5, 0.75, 1.0, 1.3, 2.0]) for _ in range(rng.randint(0, 3))]
@@ -150,6 +153,21 @@ def own_time(costs: CostModel, action: Action, previous: Action | None, factor: 
     return round((costs.send_overhead if action.kind.is_send else costs.recv_overhead) * NS)
 
 
+def posted_first(costs: CostModel, stream) -> int:
+    """Receives a rank posts before its first action: every RECV of its stream with whole-step
+    posting; with k compute actions ahead, each RECV with fewer than k compute actions before
+    it, or exactly k when the stream opens with a compute action (the receive then goes just
+    before that first compute); none when each receive is posted at its RECV."""
+    if costs.post_ahead == "step":
+        return sum(a.kind.is_recv for a in stream)
+    k, count, computes = costs.post_ahead, 0, 0
+    for action in stream:
+        if action.kind.is_recv and k and (computes < k or (computes == k and stream[0].kind.is_compute)):
+            count += 1
+        computes += action.kind.is_compute
+    return count
+
+
 def transfer_ns(costs: CostModel, send: Action) -> int:
     boundary = min(send.stage, send.peer_stage())
     sizes = costs.p2p_activation_bytes
@@ -168,7 +186,8 @@ def critical_path(program, costs: CostModel, factors=None, transfer_factors=None
     SEND is when its rank moves on); s(SEND) -> w(SEND); w(SEND) ->
     e(RECV) weighted by the transfer time; with link contention also w(previous SEND on the
     same directed link) -> w(SEND), weighted by that previous transfer's time. A SEND's row
-    is its time on the wire. `factors[rank][i]` (optional) scales compute action i of rank,
+    is its time on the wire. A rank's first start node begins at post_overhead times
+    `posted_first`. `factors[rank][i]` (optional) scales compute action i of rank,
     `transfer_factors[rank][i]` the transfer time of SEND i of rank.
     """
     s2r = program.schedule.stage_to_rank
@@ -211,6 +230,9 @@ def critical_path(program, costs: CostModel, factors=None, transfer_factors=None
         for v, _ in edges[u]:
             indegree[v] += 1
     dist = {node: 0 for node in nodes}
+    for rank, stream in enumerate(program.streams):  # a rank starts after posting its first receives
+        if stream:
+            dist[("s", rank, 0)] = round(costs.post_overhead * NS) * posted_first(costs, stream)
     queue = deque(node for node in nodes if indegree[node] == 0)
     seen = 0
     while queue:
