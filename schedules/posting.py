@@ -90,6 +90,12 @@ def posted_before(stream: Sequence[Action], ahead: PostAhead) -> list[int]:
     return counts
 
 
+def posted_first(stream: Sequence[Action], ahead: PostAhead) -> int:
+    """How many receives a rank posts before its stream's first action (`posted_before`'s
+    entry 0; 0 for an empty stream): the executor posts them before it starts the stream."""
+    return posted_before(stream, ahead)[0] if stream else 0
+
+
 def posting_plan(program: Program, rank: int) -> dict[int, tuple[Transfer, ...]]:
     """For each RECV position of `rank`'s stream, the transfers to post there, for a transport
     that matches a sender's messages in posting order: they come from one sender, in that

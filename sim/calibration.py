@@ -107,19 +107,21 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   first (schedules.posting.posted_before), one slope and one intercept over all the runs
   calibrated together (`fit_post_overhead`). A run whose ranks all post as many (1F1B at
   p=2: m each) cannot tell the slope from the intercept; alone it fits 0, and the posting
-  stays in step_overhead at that run's count. Sweep 9: 26-38 us per receive at p=2, 37-50 us
-  at p=4 (four ranks posting on two cores), the intercept 80-200 us.
+  stays in step_overhead at that run's count. Sweep 9 (round 0 of each group, all its runs):
+  26-35 us per receive at p=2, 37-50 us at p=4 (four ranks posting on two cores), the
+  intercept 77-196 us.
 - **step_overhead**: measured step time (barrier to barrier, rank 0) minus the span of
   the step's streams (earliest row start to latest row end, a compute row's end taken
   `dispatch_overhead` later as the simulator's row includes that gap), mean over steps,
   less the simulated lead (post_overhead times the fewest receives a rank posts first, the
   time before the simulator's earliest row): the barriers, the optimizer and, before the
-  first action, what posting does not explain. **step_overhead_spread**: each step's over that mean, as SPREAD_QUANTILES
-  quantiles scaled to mean 1, drawn once per replay. The overhead has a right tail and
-  hardly follows the span (correlation 0.09 over sweep 9's calibration runs), so the median
-  step exceeds the median span plus the median overhead: by 1.8% at mlp 2 rows and 1.4% at
-  mlp 8 rows p=2 on those runs, which is what their self-replays missed on average; adding
-  the overhead to each span independently leaves 0.7% and 0.2%.
+  first action, what posting does not explain. **step_overhead_spread**: each step's over
+  that mean, as SPREAD_QUANTILES quantiles scaled to mean 1, drawn once per replay. The
+  overhead has a right tail and hardly follows the span (correlation 0.09 over sweep 9's
+  calibration runs), so the median step exceeds the median span plus the median overhead: by
+  1.8% at mlp 2 rows and 1.4% at mlp 8 rows p=2 on those runs, which is what their
+  self-replays missed on average; adding the overhead to each span independently leaves 0.7%
+  and 0.2%.
 - **Memory**: activation bytes per stage (F to B, the executor's saved-tensor meter)
   and, with split backward, bytes kept from I to W: ``fixed[role] + layers x
   per_layer`` from the profile's byte counts (exact), else the run's per-stage values.
@@ -176,7 +178,7 @@ import pandas as pd
 
 from schedules.analysis import places, switches
 from schedules.ir import COMPUTE_NAMES, RECV_NAMES, SEND_NAMES, Kind
-from schedules.posting import posted_before
+from schedules.posting import posted_before, posted_first
 from schedules.stages import ROLES, balanced_layers, role_of
 
 from .costs import CostError, CostModel, processor_share
@@ -653,7 +655,7 @@ IDLE_SHARES = tuple(i / 20 for i in range(21))  # the values fit_idle_share trie
 
 def first_posts(run: MeasuredRun) -> list[int]:
     """Per rank, the receives the executor posts before its first action (schedules.posting)."""
-    return [(posted_before(stream, run.post_ahead)[:1] or [0])[0] for stream in run.program.streams]
+    return [posted_first(stream, run.post_ahead) for stream in run.program.streams]
 
 
 def fit_post_overhead(*runs: MeasuredRun) -> float:

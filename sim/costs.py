@@ -48,7 +48,7 @@ executor's ``--post-ahead`` writes it: a count of compute actions, or "step" for
 receive of the step at its start, schedules.posting): rank r starts its stream
 ``post_overhead x`` that count later. With whole-step posting (the executor's default on
 gloo) a rank posts every receive of its step first, so a schedule with more transfers, or
-the same at a larger m, starts later: 26-38 us per receive on sweep 9's CPU runs at p=2,
+the same at a larger m, starts later: 26-35 us per receive on sweep 9's CPU runs at p=2,
 37-50 us at p=4 (sim.calibration fits it).
 A fixed per-compute-action overhead needs no field: it is part of each stage's F/B/I/W
 cost (see sim.calibration, which fits it). ``switch_forward`` and ``switch_backward``

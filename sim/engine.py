@@ -62,7 +62,7 @@ import simpy
 from schedules import Action, Kind, Program, Schedule, ScheduleError, lower
 from schedules.analysis import places, switches
 from schedules.ir import Direction, transfer_count
-from schedules.posting import posted_before
+from schedules.posting import posted_first
 
 from .costs import CostModel, ResolvedCosts, processor_share, spread_factors
 from .result import RankRecord, SimResult
@@ -195,8 +195,7 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
         ops.append(tuple(row))
     starts = ()
     if costs.post_overhead:
-        starts = tuple(costs.post_overhead * (posted_before(stream, costs.post_ahead)[:1] or [0])[0]
-                       for stream in program.streams)
+        starts = tuple(costs.post_overhead * posted_first(stream, costs.post_ahead) for stream in program.streams)
     return Compiled(tuple(ops), transfer_count(n, m), p * p, starts)
 
 

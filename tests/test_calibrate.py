@@ -555,7 +555,7 @@ def test_compare_predicts_from_a_calibration_file(calibration_run, tmp_path, cap
 def test_posted_before_places_receives_like_the_executor():
     """runtime/executor.py posts a RECV's receive just before the compute action that lies
     post_ahead compute actions before the RECV (worked by hand for 1F1B, p=2, m=2)."""
-    from schedules.posting import PostAhead, posted_before
+    from schedules.posting import PostAhead, posted_before, posted_first
 
     program = schedules.lower(schedules.build("1f1b", ranks=2, microbatches=2))
     rank1 = program.streams[1]
@@ -568,6 +568,9 @@ def test_posted_before_places_receives_like_the_executor():
     # "step": every receive of the step before the first action.
     assert posted_before(rank1, PostAhead.step()) == [2, 0, 0, 0, 0, 0, 0, 0]
     assert posted_before(rank1, PostAhead(0)) == [0] * 8
+    # what the rank posts before it starts its stream (the simulator's late start)
+    assert [posted_first(rank1, a) for a in (PostAhead(0), PostAhead(1), PostAhead(2), PostAhead.step())] == [0, 1, 1, 2]
+    assert posted_first((), PostAhead.step()) == 0
 
 
 def test_sweep_predicts_from_a_calibration_file(calibration_run, tmp_path, capsys):
