@@ -77,7 +77,7 @@ MODELS = {
 }
 # (model, rows per microbatch, p), in the order they run.
 GROUPS = [("mlp", 8, 2), ("mlp", 256, 2), ("mlp", 2, 2), ("mlp", 64, 2), ("gpt", 8, 2), ("gpt", 1, 2),
-          ("mlp", 8, 4), ("mlp", 256, 4), ("gpt", 8, 4)]
+          ("gpt", 64, 2), ("mlp", 8, 4), ("mlp", 256, 4), ("gpt", 8, 4)]
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "dualpipev")
 CHUNKS = {"interleaved": 2}
 # A 1F1B run (F, B), a ZB-H1 run (F, I, W) and an interleaved run (stages of half the size, two
