@@ -21,7 +21,7 @@ Semantics (times are integer nanoseconds, so results are exact and deterministic
   ``switch_backward`` (B, I, W) more; the first actions of a stage and kind in a step
   (schedules.analysis.places) cost their stage cost times their ``place_factors``;
   a rank starts its stream ``post_overhead`` times the receives it posts before its first
-  action later (``post_ahead``, schedules.posting.posted_before; every receive of its step
+  action later (``post_ahead``, schedules.posting.posted_first; every receive of its step
   with whole-step posting), holding its rank but no shared processor, as a SEND's overhead.
 
 With ``cores`` (sim.costs; one host's CPU executor running more ranks than it has cores) the
@@ -87,7 +87,7 @@ class Compiled:
     ops: tuple[tuple[tuple[int, ...], ...], ...]
     num_transfers: int
     num_links: int
-    starts: tuple[int, ...] = ()  # per rank: ns before its first action (receives it posts first); () all 0
+    begins: tuple[int, ...] = ()  # per rank: ns before its first action (receives it posts first); () all 0
 
 
 def simulate(schedule_or_program: Schedule | Program, costs: CostModel) -> SimResult:
@@ -193,10 +193,10 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
             else:
                 append((_RECV, first + mb))
         ops.append(tuple(row))
-    starts = ()
+    begins = ()
     if costs.post_overhead:
-        starts = tuple(costs.post_overhead * posted_first(stream, costs.post_ahead) for stream in program.streams)
-    return Compiled(tuple(ops), transfer_count(n, m), p * p, starts)
+        begins = tuple(costs.post_overhead * posted_first(stream, costs.post_ahead) for stream in program.streams)
+    return Compiled(tuple(ops), transfer_count(n, m), p * p, begins)
 
 
 SpreadTables = list[tuple[list[list[float]], list[list[float]], list[float]]]
@@ -225,7 +225,7 @@ def spread_draw(compiled: Compiled, tables: SpreadTables, draw: int) -> Compiled
             else (_SEND, op[1], round(op[2] * t), op[3], t) if op[0] == _SEND else op
             for op, f, t in zip(row, compute[draw], transfer[draw])
         ))
-    return Compiled(tuple(ops), compiled.num_transfers, compiled.num_links, compiled.starts)
+    return Compiled(tuple(ops), compiled.num_transfers, compiled.num_links, compiled.begins)
 
 
 def draw_overheads(costs: ResolvedCosts) -> list[int]:
@@ -269,7 +269,7 @@ def replay(compiled: Compiled, contention: bool, send_overhead: int = 0, recv_ov
     records = [RankRecord() for _ in compiled.ops]
     shared = Processors(env, cores, len(compiled.ops), idle) if 0 < cores < len(compiled.ops) else None
     wire = Wire(env, load, compiled.num_links, contention, arrivals, waiters) if load > 0 else None
-    begins = compiled.starts or (0,) * len(compiled.ops)
+    begins = compiled.begins or (0,) * len(compiled.ops)
     for ops, out, begin in zip(compiled.ops, records, begins):
         env.process(
             _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overhead, recv_overhead, out,

@@ -153,7 +153,7 @@ def own_time(costs: CostModel, action: Action, previous: Action | None, factor: 
     return round((costs.send_overhead if action.kind.is_send else costs.recv_overhead) * NS)
 
 
-def posted_first(costs: CostModel, stream) -> int:
+def first_receives(costs: CostModel, stream) -> int:
     """Receives a rank posts before its first action: every RECV of its stream with whole-step
     posting; with k compute actions ahead, each RECV with fewer than k compute actions before
     it, or exactly k when the stream opens with a compute action (the receive then goes just
@@ -187,7 +187,7 @@ def critical_path(program, costs: CostModel, factors=None, transfer_factors=None
     e(RECV) weighted by the transfer time; with link contention also w(previous SEND on the
     same directed link) -> w(SEND), weighted by that previous transfer's time. A SEND's row
     is its time on the wire. A rank's first start node begins at post_overhead times
-    `posted_first`. `factors[rank][i]` (optional) scales compute action i of rank,
+    `first_receives`. `factors[rank][i]` (optional) scales compute action i of rank,
     `transfer_factors[rank][i]` the transfer time of SEND i of rank.
     """
     s2r = program.schedule.stage_to_rank
@@ -232,7 +232,7 @@ def critical_path(program, costs: CostModel, factors=None, transfer_factors=None
     dist = {node: 0 for node in nodes}
     for rank, stream in enumerate(program.streams):  # a rank starts after posting its first receives
         if stream:
-            dist[("s", rank, 0)] = round(costs.post_overhead * NS) * posted_first(costs, stream)
+            dist[("s", rank, 0)] = round(costs.post_overhead * NS) * first_receives(costs, stream)
     queue = deque(node for node in nodes if indegree[node] == 0)
     seen = 0
     while queue:
