@@ -53,8 +53,10 @@ def replay_with(compiled: Compiled, resolved, durations: list[list[float]]) -> f
         for op, d in zip(rank_ops, rank_durations):
             row.append((_COMPUTE, round(d * NS), op[2], op[3]) if op[0] == _COMPUTE else op)
         ops.append(tuple(row))
-    records = replay(Compiled(tuple(ops), compiled.num_transfers, compiled.num_links), resolved.contention,
-                     resolved.send_overhead, resolved.recv_overhead, resolved.cores, resolved.transfer_load)
+    # the compiled program's other terms (each rank's posting start) kept; ranks sharing cores
+    # take the idle share compute_frame's full-speed durations were taken under
+    records = replay(dataclasses.replace(compiled, ops=tuple(ops)), resolved.contention, resolved.send_overhead,
+                     resolved.recv_overhead, resolved.cores, resolved.transfer_load, resolved.idle_share)
     return max(r.last if r.times else 0 for r in records) / NS
 
 
