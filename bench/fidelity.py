@@ -77,7 +77,7 @@ MODELS = {
 }
 # (model, rows per microbatch, p), in the order they run.
 GROUPS = [("mlp", 8, 2), ("mlp", 256, 2), ("mlp", 2, 2), ("mlp", 64, 2), ("gpt", 8, 2), ("gpt", 1, 2),
-          ("gpt", 64, 2), ("mlp", 8, 4), ("mlp", 256, 4), ("gpt", 8, 4)]
+          ("gpt", 64, 2), ("mlp", 8, 4), ("mlp", 256, 4), ("gpt", 8, 4), ("gpt", 256, 2)]
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zbv", "dualpipev")
 CHUNKS = {"interleaved": 2}
 # A 1F1B run (F, B), a ZB-H1 run (F, I, W) and an interleaved run (stages of half the size, two
@@ -386,9 +386,13 @@ def figure(table: pd.DataFrame, path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 6))
-    for name, g in table.groupby("group", sort=False):
+    # more groups than the default cycle's ten colours: tab20's dark tones, then its light ones, and a
+    # marker per model, so that every group stays apart
+    colours = plt.get_cmap("tab20").colors
+    for k, (name, g) in enumerate(table.groupby("group", sort=False)):
         ax.errorbar(g["measured_ms"], g["pred_pooled_ms"], xerr=[g["measured_ms"] - g["q1_ms"], g["q3_ms"] - g["measured_ms"]],
-                    fmt="o", ms=4, label=name, alpha=0.8)
+                    fmt="s" if name.startswith("gpt") else "o", ms=4, color=colours[(2 * k) % 20 + (k >= 10)],
+                    label=name, alpha=0.8)
     lo, hi = table["measured_ms"].min() * 0.8, table["measured_ms"].max() * 1.2
     ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
     ax.fill_between([lo, hi], [lo * 0.95, hi * 0.95], [lo * 1.05, hi * 1.05], color="0.85", label="within 5%")
