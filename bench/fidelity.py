@@ -391,7 +391,7 @@ def figure(table: pd.DataFrame, path: str) -> None:
     colours = plt.get_cmap("tab20").colors
     for k, (name, g) in enumerate(table.groupby("group", sort=False)):
         ax.errorbar(g["measured_ms"], g["pred_pooled_ms"], xerr=[g["measured_ms"] - g["q1_ms"], g["q3_ms"] - g["measured_ms"]],
-                    fmt="s" if name.startswith("gpt") else "o", ms=4, color=colours[(2 * k) % 20 + (k >= 10)],
+                    fmt="s" if g["model"].iloc[0] == "gpt" else "o", ms=4, color=colours[(2 * k) % 20 + (k >= 10)],
                     label=name, alpha=0.8)
     lo, hi = table["measured_ms"].min() * 0.8, table["measured_ms"].max() * 1.2
     ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
