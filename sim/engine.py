@@ -53,7 +53,7 @@ did not waits on a RECV whose SEND never happens, and ScheduleError names them a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import math
 
@@ -225,7 +225,7 @@ def spread_draw(compiled: Compiled, tables: SpreadTables, draw: int) -> Compiled
             else (_SEND, op[1], round(op[2] * t), op[3], t) if op[0] == _SEND else op
             for op, f, t in zip(row, compute[draw], transfer[draw])
         ))
-    return Compiled(tuple(ops), compiled.num_transfers, compiled.num_links, compiled.begins)
+    return replace(compiled, ops=tuple(ops))  # the other terms (posting starts, counts) as compiled
 
 
 def draw_overheads(costs: ResolvedCosts) -> list[int]:
