@@ -6,11 +6,11 @@
   ``middle``; ``last``: holds the epilogue and the loss; ``only``: both, for one stage)
   and each layer count in `LAYER_COUNTS`. Per (role, layer count) it records the
   durations of F and B (and of F, I and W with split backward, when the run used it) in
-  seconds, the activation bytes F leaves saved and, with split backward, the bytes
-  still held from I until W. These time stage calls exactly as
-  the executor's timeline does, so fixed per-action costs (Python dispatch, hooks, the
-  autograd engine's start) are in them; sim.calibration separates them from the
-  per-layer cost by regression over the layer counts.
+  seconds, the activation bytes F leaves saved and the bytes a split backward holds from
+  I until W (from one untimed split call when the run did not split). These time stage
+  calls exactly as the executor's timeline does, so fixed per-action costs (Python
+  dispatch, hooks, the autograd engine's start) are in them; sim.calibration separates
+  them from the per-layer cost by regression over the layer counts.
 - ``p2p`` (``--profile-p2p``, two pipeline ranks or more): rank 0 and its next pipeline rank
   (`runtime.layout`) ping-pong tensors of `P2P_SIZES` bytes (and
   the run's boundary size) on the run's process group; one-way time = round trip / 2,
@@ -140,13 +140,17 @@ def _profile_stage(model, layers, first, last, x, targets, rows, device, split, 
     # On a GPU the batch here is a device copy (.to() returns the CPU tensor itself on CPU).
     batch = [x, targets] if first else [targets]
     meter = SavedTensorMeter([*module.parameters(), model.inputs, model.targets, *batch])
-    stage = Stage(
-        0 if first else 1, module, meter,
-        loss=model.loss if last else None,
-        targets=[targets] if last else None,
-        weights=[rows / model.batch_size] if last else None,
-        split=split,
-    )
+
+    def make_stage(split: bool) -> Stage:
+        return Stage(
+            0 if first else 1, module, meter,
+            loss=model.loss if last else None,
+            targets=[targets] if last else None,
+            weights=[rows / model.batch_size] if last else None,
+            split=split,
+        )
+
+    stage = make_stage(split)
     kinds = ("F", "I", "W") if split else ("F", "B")
     times: dict[str, list[float]] = {k: [] for k in kinds}
     saved, kept = [], []
@@ -185,7 +189,25 @@ def _profile_stage(model, layers, first, last, x, targets, rows, device, split, 
     record = {**times, "activation_bytes": max(saved[warmup:])}
     if split:
         record["weight_bytes"] = max(kept[warmup:])  # held from I until W
+    else:
+        # Byte counts do not vary between calls: one untimed split call says what a
+        # zero-bubble schedule's I would keep for W, so that a 1F1B run prices that too.
+        record["weight_bytes"] = _kept_bytes(make_stage(True), meter, x, last)
     return record
+
+
+def _kept_bytes(stage: Stage, meter: SavedTensorMeter, x: torch.Tensor, last: bool) -> int:
+    """Bytes one split call of `stage` holds from I until W."""
+    try:
+        before = meter.bytes
+        out = stage.forward(0, x, True)
+        stage.backward_input(0, None if last else torch.ones_like(out))
+        kept = meter.bytes - before
+        stage.backward_weight(0)
+    finally:
+        stage.zero_grad()
+        stage.close()
+    return kept
 
 
 def profile_p2p(boundary_bytes: int | None, device: torch.device, repeats: int = 20, warmup: int = 3,

@@ -275,7 +275,10 @@ class Calibration:
                 )
             times = {k: [s[k] for s in self.stages] for k in COMPUTE_NAMES if all(k in s for s in self.stages)}
             memory = [s["activation_bytes"] for s in self.stages]
-            kept = [s["weight_bytes"] for s in self.stages] if all("weight_bytes" in s for s in self.stages) else None
+            # A stage the run never split (DualPipeV splits some) has no measured bytes kept
+            # for W: it keeps its activations, the zero-bubble paper's M_W = M_B.
+            kept = ([s.get("weight_bytes", s["activation_bytes"]) for s in self.stages]
+                    if any("weight_bytes" in s for s in self.stages) else None)
         else:
             times = {k: [fit.at(r, n) for r, n in zip(roles, counts)] for k, fit in self.compute.items()}
             memory = [self.activation.at(r, n) for r, n in zip(roles, counts)]
@@ -307,7 +310,7 @@ class Calibration:
             p2p_load_latency=self.p2p_load_latency,
             p2p_activation_bytes=self.boundary_bytes,
             activation_memory=[max(round(x), 0) for x in memory],
-            weight_memory=None if kept is None else [min(max(round(k), 0), max(round(m), 0)) for k, m in zip(kept, memory)],
+            weight_memory=None if kept is None else [max(round(k), 0) for k in kept],
             send_overhead=self.send_overhead,
             recv_overhead=self.recv_overhead,
             step_overhead=self.step_overhead,
@@ -524,7 +527,11 @@ def _combine(calibrations: list[Calibration], runs: Sequence[MeasuredRun]) -> Ca
         fitted = [c.place_factors[kind] for c in calibrations if c.place_factors.get(kind)]
         if fitted:  # each place over the runs that have it (a run at small m has fewer)
             places[kind] = tuple(mean(f[q] for f in fitted if q < len(f)) for q in range(max(map(len, fitted))))
+    # Bytes are the model's, not the machine's: any run's profile that measured what I keeps
+    # for W (a split run's, or any run's since the profile measures it always) serves them all.
+    kept = next((c.weight_memory for c in calibrations if c.weight_memory is not None), None)
     return replace(first, compute=compute, speed_ratio=ratio, p2p_bandwidth=bandwidth, place_factors=places,
+                   weight_memory=kept,
                    source={**first.source, "runs": [str(r.path) for r in runs]}, **scalars)
 
 

@@ -45,7 +45,8 @@ spread, and the step overhead with a step overhead spread), and the draw whose m
 step overhead is the median is the result.
 
 Activation memory of a stage is allocated when its F starts and freed when its B ends
-(with split backward: partly when I ends, the rest when W ends; see sim.costs).
+(with split backward: I frees what W does not keep when it ends, or allocates what W keeps
+beyond F's bytes when it starts; W frees the rest when it ends; see sim.costs).
 
 After the run every process must have reached the end of its stream; a rank that
 did not waits on a RECV whose SEND never happens, and ScheduleError names them all.
@@ -140,7 +141,10 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
     columns = {
         Kind.F: (costs.forward, costs.switch_forward, costs.memory, zero),
         Kind.B: (costs.backward, costs.switch_backward, zero, costs.memory),
-        Kind.I: (costs.input, costs.switch_backward, zero, [m - k for m, k in zip(costs.memory, kept)]),
+        # I frees what W does not need, or allocates what W needs beyond F's activations (the
+        # output gradients a split backward keeps: sim.costs).
+        Kind.I: (costs.input, costs.switch_backward, [max(k - m, 0) for m, k in zip(costs.memory, kept)],
+                 [max(m - k, 0) for m, k in zip(costs.memory, kept)]),
         Kind.W: (costs.weight, costs.switch_backward, zero, kept),
     }
     compute = {kind: table(*column) for kind, column in columns.items()}

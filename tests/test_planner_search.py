@@ -85,7 +85,7 @@ def test_order_peaks_equal_engine_peaks(name, v):
     program = cache.program(shape)
     n = program.schedule.num_stages
     memory = [int(x) for x in rng.integers(1, 1000, n)]
-    kept = [int(x * f) for x, f in zip(memory, rng.random(n))]
+    kept = [int(x * f) for x, f in zip(memory, 2 * rng.random(n))]  # W may keep more than F saved
     costs = sim.CostModel(forward=[1.0] * n, backward_input=[1.0] * n, backward_weight=[0.5] * n,
                           activation_memory=memory, weight_memory=kept)
     assert activation_peaks(cache.occupancy(shape), tuple(memory), tuple(kept)) == list(sim.simulate(program, costs).peak_bytes)

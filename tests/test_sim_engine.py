@@ -99,6 +99,16 @@ def test_split_backward_memory() -> None:
         assert result.peak_activation == [2.0]
 
 
+def test_split_backward_that_keeps_more_than_forward_saved() -> None:
+    """p=1, F0 F1 I0 I1 W0 W1, F saves 100 bytes and W needs 160 (each weight's input and the
+    output gradient I made): I allocates the other 60 when it starts, W frees 160 when it ends."""
+    schedule = Schedule("split", 1, 2, 1, (0,), (acts("0F0 0F1 0I0 0I1 0W0 0W1"),))
+    result = simulate(schedule, CostModel(1.0, 2.0, 0.5, activation_memory=100, weight_memory=160))
+    memory = list(zip(result.memory["time"], result.memory["bytes"]))
+    assert memory == [(0, 0), (0, 100), (1, 200), (2, 260), (4, 320), (6.5, 160), (7, 0)]
+    assert result.peak_activation_bytes == [320]
+
+
 def test_static_memory_is_reported_beside_activations() -> None:
     result = simulate(
         schedules.build("1f1b", ranks=3, microbatches=6),

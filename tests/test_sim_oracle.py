@@ -105,7 +105,7 @@ def random_costs(rng: random.Random, schedule: Schedule, contention: bool = Fals
         p2p_activation_bytes=[rng.randint(0, 5000) for _ in range(max(n - 1, 0))],
         p2p_gradient_bytes=None if rng.random() < 0.5 else [rng.randint(0, 5000) for _ in range(max(n - 1, 0))],
         activation_memory=memory,
-        weight_memory=[rng.randint(0, x) for x in memory],
+        weight_memory=[rng.randint(0, 2 * x) for x in memory],  # W may keep more than F saved
         link_contention=contention,
         send_overhead=rng.choice([0, rng.randint(1, 5)]) * 1e-6,
         recv_overhead=rng.choice([0, rng.randint(1, 5)]) * 1e-6,
@@ -256,7 +256,8 @@ def critical_path(program, costs: CostModel, factors=None, transfer_factors=None
 
 def memory_changes(program, costs: CostModel, times) -> dict[int, list[tuple[int, int]]]:
     """Per rank, (time ns, bytes held) after every change: +M at F start, -M at B end,
-    -(M - K) at I end, -K at W end, with M, K the stage's activation and weight memory."""
+    -(M - K) at I end (or +(K - M) at I start, when K > M), -K at W end, with M, K the stage's
+    activation and weight memory."""
     out = {}
     for rank, stream in enumerate(program.streams):
         held, changes = 0, []

@@ -7,9 +7,10 @@ deadlock check, once) only the shapes that fit in memory and get simulated, and 
 order-only facts from the generator's output:
 
 - the stage-to-rank placement (from a small build: placement depends on p and v only);
-- the *occupancy* of each rank: after each forward (the only action that allocates), how
-  many microbatches of each of its stages hold their full activations and how many hold
-  only what W needs (split backward). The engine allocates at F and frees at B / I / W in
+- the *occupancy* of each rank: after each forward and each I (the actions that allocate:
+  I does when W keeps more than F saved), how many microbatches of each of its stages hold
+  their full activations and how many hold what W needs (split backward). The engine
+  allocates at F (and I) and frees at B / I / W in
   each rank's stream order (sim.engine), so a rank's activation bytes over time, and their
   peak, are a function of this order and the bytes per stage alone: `activation_peaks`
   gives the engine's `SimResult.peak_bytes` without simulating (a test checks they agree),
@@ -40,8 +41,8 @@ class Shape:
 
 @dataclass(frozen=True)
 class Occupancy:
-    """Per rank: its stages and, after each forward, the count of microbatches per stage holding
-    full activations (first len(stages) columns) and holding only W's share (the rest)."""
+    """Per rank: its stages and, after each forward and each I, the count of microbatches per
+    stage holding full activations (first len(stages) columns) and holding W's bytes (the rest)."""
 
     stages: tuple[tuple[int, ...], ...]
     counts: tuple[np.ndarray, ...]
@@ -145,6 +146,7 @@ def _occupancy(schedule: Schedule) -> Occupancy:
             elif kind is Kind.I:
                 state[i] -= 1
                 state[width + i] += 1
+                rows.append(tuple(state))  # the peak when W keeps more than F saved
             elif kind is Kind.W:
                 state[width + i] -= 1
         counts.append(np.unique(np.array(rows, dtype=np.int64).reshape(-1, 2 * width), axis=0))
