@@ -50,16 +50,19 @@ class SavedTensorMeter:
         tensor until the returned handle is dropped; `unpack` gives the tensor back."""
         return self._pack(tensor)
 
+    def held_bytes(self, tensor: Tensor | None) -> int:
+        """Bytes of `tensor`'s storage counted right now (0 if nothing saved holds it)."""
+        if tensor is None:
+            return 0
+        entry = self._held.get(_storage_key(_local(tensor)))
+        return 0 if entry is None else entry[1]
+
     def reset_peak(self) -> None:
         self.peak = self.bytes
 
     def _pack(self, tensor: Tensor):
-        # The storage's address, without building a storage object (this runs per saved tensor).
         local = _local(tensor)
-        try:
-            key = local.data_ptr() - local.storage_offset() * local.element_size()
-        except (RuntimeError, NotImplementedError):  # sparse or other storage-less tensors
-            return tensor
+        key = _storage_key(local)
         if key == 0 or key in self._skip:
             return tensor
         entry = self._held.get(key)
@@ -79,6 +82,15 @@ class SavedTensorMeter:
         if entry[0] == 0:
             del self._held[key]
             self.bytes -= entry[1]
+
+
+def _storage_key(local: Tensor) -> int:
+    """The storage's address, without building a storage object (this runs per saved
+    tensor); 0 for sparse and other storage-less tensors."""
+    try:
+        return local.data_ptr() - local.storage_offset() * local.element_size()
+    except (RuntimeError, NotImplementedError):
+        return 0
 
 
 def _local(tensor: Tensor) -> Tensor:

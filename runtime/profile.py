@@ -6,8 +6,9 @@
   ``middle``; ``last``: holds the epilogue and the loss; ``only``: both, for one stage)
   and each layer count in `LAYER_COUNTS`. Per (role, layer count) it records the
   durations of F and B (and of F, I and W with split backward, when the run used it) in
-  seconds, the activation bytes F leaves saved and the bytes a split backward holds from
-  I until W (from one untimed split call when the run did not split). These time stage
+  seconds, the activation bytes F leaves saved and, from one untimed split call, the
+  bytes a split backward holds from I until W and what of the stage's input and output
+  its activations hold (`_split_bytes`). These time stage
   calls exactly as the executor's timeline does, so fixed per-action costs (Python
   dispatch, hooks, the autograd engine's start) are in them; sim.calibration separates
   them from the per-layer cost by regression over the layer counts.
@@ -153,7 +154,7 @@ def _profile_stage(model, layers, first, last, x, targets, rows, device, split, 
     stage = make_stage(split)
     kinds = ("F", "I", "W") if split else ("F", "B")
     times: dict[str, list[float]] = {k: [] for k in kinds}
-    saved, kept = [], []
+    saved = []
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     try:
         for i in range(warmup + repeats):
@@ -170,7 +171,6 @@ def _profile_stage(model, layers, first, last, x, targets, rows, device, split, 
                 stage.backward_input(0, grad)
                 sync()
                 t2 = time.perf_counter_ns()
-                kept.append(meter.bytes - before)
                 stage.backward_weight(0)
                 sync()
                 t3 = time.perf_counter_ns()
@@ -186,28 +186,30 @@ def _profile_stage(model, layers, first, last, x, targets, rows, device, split, 
     finally:
         stage.zero_grad()
         stage.close()
-    record = {**times, "activation_bytes": max(saved[warmup:])}
-    if split:
-        record["weight_bytes"] = max(kept[warmup:])  # held from I until W
-    else:
-        # Byte counts do not vary between calls: one untimed split call says what a
-        # zero-bubble schedule's I would keep for W, so that a 1F1B run prices that too.
-        record["weight_bytes"] = _kept_bytes(make_stage(True), meter, x, last)
-    return record
+    # Byte counts do not vary between calls: one untimed split call says what a zero-bubble
+    # schedule's I keeps for W (so that a 1F1B run prices that too) and what of the stage's
+    # input and output its activations hold.
+    return {**times, "activation_bytes": max(saved[warmup:]), **_split_bytes(make_stage(True), meter, x, last)}
 
 
-def _kept_bytes(stage: Stage, meter: SavedTensorMeter, x: torch.Tensor, last: bool) -> int:
-    """Bytes one split call of `stage` holds from I until W."""
+def _split_bytes(stage: Stage, meter: SavedTensorMeter, x: torch.Tensor, last: bool) -> dict[str, int]:
+    """What one split call of `stage` holds: from I until W in all (``weight_bytes``), and of
+    its input's and its output's storages from F (``input_bytes``, ``output_bytes``) and from I
+    until W (``input_weight_bytes``, ``output_weight_bytes``). A stage handed its input on the
+    same rank (a V-shape's turn) shares that storage with the stage before it, whose output
+    it is: sim.handover counts it once."""
     try:
         before = meter.bytes
         out = stage.forward(0, x, True)
+        held = {"input_bytes": meter.held_bytes(x), "output_bytes": 0 if last else meter.held_bytes(out)}
         stage.backward_input(0, None if last else torch.ones_like(out))
-        kept = meter.bytes - before
+        held |= {"weight_bytes": meter.bytes - before, "input_weight_bytes": meter.held_bytes(x),
+                 "output_weight_bytes": 0 if last else meter.held_bytes(out)}
         stage.backward_weight(0)
     finally:
         stage.zero_grad()
         stage.close()
-    return kept
+    return held
 
 
 def profile_p2p(boundary_bytes: int | None, device: torch.device, repeats: int = 20, warmup: int = 3,

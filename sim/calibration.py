@@ -122,9 +122,11 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   1.8% at mlp 2 rows and 1.4% at mlp 8 rows p=2 on those runs, which is what their
   self-replays missed on average; adding the overhead to each span independently leaves 0.7%
   and 0.2%.
-- **Memory**: activation bytes per stage (F to B, the executor's saved-tensor meter)
-  and, with split backward, bytes kept from I to W: ``fixed[role] + layers x
-  per_layer`` from the profile's byte counts (exact), else the run's per-stage values.
+- **Memory**: activation bytes per stage (F to B, the executor's saved-tensor meter),
+  bytes kept from I to W (which may exceed them) and the input's and output's storages
+  among them (sim.handover): ``fixed[role] + layers x per_layer`` from the profile's byte
+  counts (exact; the profile counts the split ones for every run), else the run's
+  per-stage values. Several runs take the split counts from a run whose profile has them.
 - ``boundary_bytes``: bytes one microbatch sends across a stage boundary (the run's).
 - **Gradient all-reduce** (a run with dp > 1 replicas, REDUCE_GRAD rows): a stage's
   reduction takes ``allreduce_latency + 2 (d-1)/d x bytes / allreduce_bandwidth`` (sim.costs),
@@ -181,7 +183,7 @@ from schedules.ir import COMPUTE_NAMES, RECV_NAMES, SEND_NAMES, Kind
 from schedules.posting import posted_before, posted_first
 from schedules.stages import ROLES, balanced_layers, role_of
 
-from .costs import CostError, CostModel, processor_share
+from .costs import HANDOVER_MEMORY, CostError, CostModel, processor_share
 from .measured import MeasuredRun
 from .transfers import (TransferRow, early_receive_times, transfer_fit, transfer_residuals, transfer_rows,
                         transfer_time)
@@ -248,6 +250,8 @@ class Calibration:
     idle_share: float = 0.0  # where the run's ranks shared cores (fit_idle_share)
     post_overhead: float = 0.0  # per receive posted before a rank's first action (fit_post_overhead)
     post_ahead: int | str = 0  # where the calibrated run posted its receives (summary.json's post_ahead)
+    # sim.costs.HANDOVER_MEMORY name -> fit: the stages' input and output storages (sim.handover)
+    handover_memory: Mapping[str, LinearCost] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ prediction
     def for_stages(self, num_stages: int) -> CostModel:
@@ -283,6 +287,16 @@ class Calibration:
             times = {k: [fit.at(r, n) for r, n in zip(roles, counts)] for k, fit in self.compute.items()}
             memory = [self.activation.at(r, n) for r, n in zip(roles, counts)]
             kept = None if self.weight_memory is None else [self.weight_memory.at(r, n) for r, n in zip(roles, counts)]
+        held = {}
+        if self.compute is not None and self.handover_memory:
+            at = {name: [max(round(fit.at(r, n)), 0) for r, n in zip(roles, counts)]
+                  for name, fit in self.handover_memory.items()}
+            # The storages are among the stage's activations, and what W keeps of them among
+            # those: bounded so, should a fit over layer counts land a byte off.
+            for side in ("input", "output"):
+                whole = [min(x, max(round(a), 0)) for x, a in zip(at[f"{side}_memory"], memory)]
+                held[f"{side}_memory"] = whole
+                held[f"{side}_weight_memory"] = [min(k, w) for k, w in zip(at[f"{side}_weight_memory"], whole)]
         # Stage costs are switching actions' (what the run and the profile mostly hold); the
         # simulator's are repeating actions', with the switch cost added per action.
         times = {
@@ -311,6 +325,7 @@ class Calibration:
             p2p_activation_bytes=self.boundary_bytes,
             activation_memory=[max(round(x), 0) for x in memory],
             weight_memory=None if kept is None else [max(round(k), 0) for k in kept],
+            **held,
             send_overhead=self.send_overhead,
             recv_overhead=self.recv_overhead,
             step_overhead=self.step_overhead,
@@ -453,6 +468,7 @@ class Calibration:
             for key in ("activation", "weight_memory"):
                 if values.get(key) is not None:
                     values[key] = LinearCost(**values[key])
+            values["handover_memory"] = {k: LinearCost(**v) for k, v in values.get("handover_memory", {}).items()}
             return cls(**values)
         except (TypeError, KeyError, AttributeError) as exc:
             raise CostError(f"{where} is malformed: {exc}") from None
@@ -530,8 +546,9 @@ def _combine(calibrations: list[Calibration], runs: Sequence[MeasuredRun]) -> Ca
     # Bytes are the model's, not the machine's: any run's profile that measured what I keeps
     # for W (a split run's, or any run's since the profile measures it always) serves them all.
     kept = next((c.weight_memory for c in calibrations if c.weight_memory is not None), None)
+    handover = next((c.handover_memory for c in calibrations if c.handover_memory), {})
     return replace(first, compute=compute, speed_ratio=ratio, p2p_bandwidth=bandwidth, place_factors=places,
-                   weight_memory=kept,
+                   weight_memory=kept, handover_memory=handover,
                    source={**first.source, "runs": [str(r.path) for r in runs]}, **scalars)
 
 
@@ -569,6 +586,7 @@ def _fit_one(run: MeasuredRun, idle: float, post: float = 0.0
     stages = run_stages(run, measured)
     diagnostics: dict[str, Any] = {}
     compute = activation = weight_memory = None
+    handover: dict[str, LinearCost] = {}
     ratio: dict[str, float] = {}
     layers_profile = (run.profile or {}).get("layers")
     if layers_profile is not None:
@@ -576,7 +594,7 @@ def _fit_one(run: MeasuredRun, idle: float, post: float = 0.0
             raise CostError(f"{run.path}: profile.json was taken at {layers_profile['rows']} rows per microbatch, "
                             f"the run at {run.rows}")
         compute, ratio = fit_compute(layers_profile["records"], stages, diagnostics)
-        activation, weight_memory = fit_memory(layers_profile["records"])
+        activation, weight_memory, handover = fit_memory(layers_profile["records"])
     latency, bandwidth, load = fit_p2p(run, transfers, law, diagnostics)
     lead = post * min(first_posts(run), default=0)  # the simulator's earliest row starts this late
     overheads = np.array(run.step_times) - np.array(stream_spans(run.timeline, dispatch)) - lead
@@ -616,6 +634,7 @@ def _fit_one(run: MeasuredRun, idle: float, post: float = 0.0
         place_factors=places,
         idle_share=idle,
         post_ahead=run.post_ahead.written,
+        handover_memory=handover,
     ), (spread_residuals(run, idle), transfer_residuals(transfers, law), *rank_and_step_residuals(run, idle),
         overheads / step_overhead if step_overhead > 0 else np.ones(0))
 
@@ -830,13 +849,17 @@ def spread_quantiles(residuals: np.ndarray) -> tuple[float, ...]:
     return tuple(float(x) for x in quantiles / quantiles.mean())
 
 
-def fit_memory(records: list[dict]) -> tuple[LinearCost, LinearCost | None]:
-    """Activation bytes (and bytes kept from I to W) per stage from the profile's byte counts."""
-    activation, _ = fit_linear([(r["role"], r["layers"], r["activation_bytes"]) for r in records])
-    kept = None
-    if all("weight_bytes" in r for r in records):
-        kept, _ = fit_linear([(r["role"], r["layers"], r["weight_bytes"]) for r in records])
-    return activation, kept
+def fit_memory(records: list[dict]) -> tuple[LinearCost, LinearCost | None, dict[str, LinearCost]]:
+    """Per stage from the profile's byte counts: activation bytes, bytes kept from I to W, and
+    the input's and output's storages among them (sim.handover; by HANDOVER_MEMORY name); a
+    profile made before a count was recorded leaves it out (None, {})."""
+    def fit(key: str) -> LinearCost | None:
+        if not all(key in r for r in records):
+            return None
+        return fit_linear([(r["role"], r["layers"], r[key]) for r in records])[0]
+
+    handover = {name: fit(name.replace("memory", "bytes")) for name in HANDOVER_MEMORY}
+    return fit("activation_bytes"), fit("weight_bytes"), handover if all(handover.values()) else {}
 
 
 def executor_overheads(run: MeasuredRun, transfers: Sequence[TransferRow],

@@ -119,7 +119,9 @@ allocated from the end of I until the end of W: in the notation of Qi et al. (20
 adds M_B, B (our I) frees M_B - M_W, W frees M_W. M_W may exceed M_B: what W needs is
 each weight's input and the gradient at its output, and the gradients are made by I (an
 MLP's Linear layers keep about twice what F saved; the executor measures both), so I
-then allocates M_W - M_B when it starts.
+then allocates M_W - M_B when it starts. Two stages on one rank that hand a microbatch
+over in memory (a V-shape's turn) may hold one storage between them, counted once
+(``input_memory``, ``output_memory`` and their ``_weight_`` parts; rules in sim.handover).
 ``weight_memory`` defaults to ``weight_memory_fraction`` x activation_memory, and the
 fraction to 0, so that by default peak memory counts the microbatches between F and I,
 the in-flight count behind the paper's "ZB-H1 holds p, ZB-H2 2p-1" (set it to study
@@ -142,6 +144,8 @@ from schedules import Kind, Schedule, ScheduleError
 from schedules.ir import COMPUTE_NAMES
 from schedules.io import read_json
 from schedules.posting import PostAhead
+
+from .handover import Handover, handovers
 
 Number = Union[int, float]
 PerStage = Union[Number, Sequence[Number]]
@@ -184,6 +188,7 @@ def _number(name: str, value: Any) -> float:
     return value
 
 
+HANDOVER_MEMORY = ("input_memory", "input_weight_memory", "output_memory", "output_weight_memory")  # CostModel's
 SPREADS = ("duration_spread", "transfer_spread", "rank_spread", "step_spread", "step_overhead_spread")  # CostModel's
 
 
@@ -194,7 +199,8 @@ class ResolvedCosts:
     `forward[s]`, `backward[s]`, `input[s]`, `weight[s]`: compute time of F, B, I, W of
     stage s; `send_forward[s]`/`send_backward[s]`: transfer time across boundary s|s+1;
     `memory[s]`: activation bytes of one microbatch on stage s; `weight_memory[s]`: the
-    bytes kept from I until W; `static[r]`: static bytes of rank r; `send_overhead`,
+    bytes kept from I until W; `handover[s]`: the storage stage s shares with stage s-1 on
+    one rank (sim.handover), None if none; `static[r]`: static bytes of rank r; `send_overhead`,
     `recv_overhead`, `step_overhead`, `switch_forward`, `switch_backward`: the executor
     overheads of the cost model; `post_overhead` (ns per receive) and `post_ahead`
     (schedules.posting.PostAhead): what a rank posts before its first action and what that
@@ -232,6 +238,7 @@ class ResolvedCosts:
     transfer_load: int = 0  # ns a transfer takes longer per rank computing meanwhile
     post_overhead: int = 0  # ns per receive posted before a rank's first action
     post_ahead: PostAhead = PostAhead()  # where the executor posts receives (schedules.posting)
+    handover: tuple[Handover | None, ...] = ()  # per stage; () when no stage shares storage
 
     @property
     def drawn(self) -> bool:
@@ -249,7 +256,11 @@ class CostModel:
       forward, backward_input, backward_weight, backward_full -- seconds of F, I, W, B;
       activation_memory -- bytes held from F until B (M_B of the zero-bubble paper);
       weight_memory -- bytes held from I until W (M_W, may exceed M_B); default
-        weight_memory_fraction (0..1, default 0) x activation_memory.
+        weight_memory_fraction (0..1, default 0) x activation_memory;
+      input_memory, output_memory -- bytes of those that are the stage's input's and its
+        output's storage (default 0), and input_weight_memory, output_weight_memory -- what
+        of these it holds from I until W: a same-rank handover's shared storage
+        (sim.handover; measured by the executor's profile).
     Per stage boundary (scalar: every boundary; list: one entry per boundary):
       p2p_activation_bytes, p2p_gradient_bytes -- bytes sent forward and backward.
     Per rank (scalar or list): static_memory -- bytes, reported beside activations.
@@ -307,9 +318,13 @@ class CostModel:
     idle_share: float = 0.0
     post_overhead: float = 0.0
     post_ahead: int | str = 0
+    input_memory: PerStage = 0
+    input_weight_memory: PerStage = 0
+    output_memory: PerStage = 0
+    output_weight_memory: PerStage = 0
 
     def __post_init__(self) -> None:
-        for name in ("forward", "p2p_activation_bytes", "activation_memory", "static_memory"):
+        for name in ("forward", "p2p_activation_bytes", "activation_memory", "static_memory", *HANDOVER_MEMORY):
             object.__setattr__(self, name, _as_values(name, getattr(self, name)))
         for name in ("backward_input", "backward_weight", "backward_full", "p2p_gradient_bytes", "weight_memory"):
             object.__setattr__(self, name, _as_values(name, getattr(self, name), allow_none=True))
@@ -422,6 +437,13 @@ class CostModel:
             else _per_boundary("p2p_gradient_bytes", self.p2p_gradient_bytes, n)
         )
         static = _per_rank("static_memory", self.static_memory, p)
+        held = {name: [round(x) for x in _per_stage(name, getattr(self, name), n, v)] for name in HANDOVER_MEMORY}
+        for side in ("input", "output"):
+            for s, (whole, until_w, act) in enumerate(zip(held[f"{side}_memory"], held[f"{side}_weight_memory"],
+                                                          memory)):
+                if whole > round(act) or until_w > whole:
+                    raise CostError(f"stage {s}: {side}_memory ({whole} bytes) must lie within its activation_memory "
+                                    f"({round(act)}) and {side}_weight_memory ({until_w}) within it")
         return ResolvedCosts(
             forward=_ns(forward),
             backward=backward,
@@ -431,6 +453,7 @@ class CostModel:
             send_backward=tuple(self.transfer_ns(b) for b in grad_bytes),
             memory=tuple(round(x) for x in memory),
             weight_memory=tuple(round(x) for x in kept),
+            handover=handovers(schedule.stage_to_rank, *held.values()),
             static=tuple(round(x) for x in static),
             contention=self.link_contention,
             send_overhead=round(self.send_overhead * NS_PER_S),

@@ -46,6 +46,7 @@ from schedules import Kind, Program
 from schedules.posting import PostAhead, post_positions
 
 from .costs import CostError, CostModel
+from .handover import adjustments
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ def peak_device_memory(program: Program, costs: CostModel, executor: ExecutorMem
     for rank, stream in enumerate(program.streams):
         weights = sum(executor.weight_bytes[s] for s in schedule.rank_stages[rank])
         moving = _transient_peak(stream, schedule.stage_to_rank, rank, resolved.memory, resolved.weight_memory,
-                                 sent, grads, executor.post_ahead)
+                                 adjustments(stream, resolved.handover), sent, grads, executor.post_ahead)
         out.append(DeviceMemory(
             rank=rank, weights=weights, gradients=weights,
             optimizer=round(executor.optimizer_per_weight_byte * weights), batch=executor.batch_bytes,
@@ -110,8 +111,10 @@ def _per_boundary(value, num_stages: int) -> tuple[int, ...]:
     return (round(value),) * boundaries
 
 
-def _transient_peak(stream, stage_to_rank, rank, memory, kept, sent, grads, post_ahead) -> tuple[int, int, int]:
-    """(activations, receive buffers, sent and handed-over tensors) at the rank's peak."""
+def _transient_peak(stream, stage_to_rank, rank, memory, kept, shared, sent, grads, post_ahead
+                    ) -> tuple[int, int, int]:
+    """(activations, receive buffers, sent and handed-over tensors) at the rank's peak;
+    `shared`: sim.handover's adjustments of the stream's activation changes."""
     posted_before: dict[int, list[int]] = {}
     for recv, at in post_positions(stream, PostAhead.parse(post_ahead)).items():
         posted_before.setdefault(at, []).append(recv)
@@ -151,5 +154,6 @@ def _transient_peak(stream, stage_to_rank, rank, memory, kept, sent, grads, post
                 held += grads[s - 1]
         elif kind is Kind.W:
             act -= kept[s]
+        act += shared.get(i, 0)
         check()
     return best

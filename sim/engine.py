@@ -46,7 +46,8 @@ step overhead is the median is the result.
 
 Activation memory of a stage is allocated when its F starts and freed when its B ends
 (with split backward: I frees what W does not keep when it ends, or allocates what W keeps
-beyond F's bytes when it starts; W frees the rest when it ends; see sim.costs).
+beyond F's bytes when it starts; W frees the rest when it ends; see sim.costs), less what
+two stages on one rank share (sim.handover).
 
 After the run every process must have reached the end of its stream; a rank that
 did not waits on a RECV whose SEND never happens, and ScheduleError names them all.
@@ -66,6 +67,7 @@ from schedules.ir import Direction, transfer_count
 from schedules.posting import posted_first
 
 from .costs import CostModel, ResolvedCosts, processor_share, spread_factors
+from .handover import adjustments
 from .result import RankRecord, SimResult
 
 # Opcodes of the compiled streams (plain ints keep the hot loop cheap).
@@ -196,6 +198,10 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
                 append((_SEND, first + mb, duration, rank * p + receiver_rank, 1.0))
             else:
                 append((_RECV, first + mb))
+        for i, extra in adjustments(stream, costs.handover).items():
+            code, duration, alloc, free = row[i]
+            net = alloc - free + extra
+            row[i] = (code, duration, max(net, 0), max(-net, 0))
         ops.append(tuple(row))
     begins = ()
     if costs.post_overhead:

@@ -55,6 +55,11 @@ def test_layer_profile_times_every_role_and_counts_activations_like_the_executor
         # From I to W every Linear keeps its input (stage 0's first one is the batch) and the
         # gradient at its output; a 1F1B run's profile measures it too (one split call).
         assert r["weight_bytes"] == tensor * (2 * r["layers"] - (r["role"] == "first"))
+        # The received input is the first Linear's input, saved from F until W; the output is
+        # the last ReLU's, saved from F until I (a same-rank handover shares these storages).
+        received = tensor * (r["role"] != "first")
+        assert (r["input_bytes"], r["input_weight_bytes"]) == (received, received)
+        assert (r["output_bytes"], r["output_weight_bytes"]) == (tensor * (r["role"] != "last"), 0)
     write_profile(tmp_path, profile)
     assert read_profile(tmp_path / "profile.json") == json.loads(json.dumps(profile))
 

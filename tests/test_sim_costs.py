@@ -91,6 +91,8 @@ def test_malformed_models(kwargs, message) -> None:
         ({"forward": 1.0, "p2p_activation_bytes": [1, 2]}, "2 values, but the schedule has 3 stage boundaries"),
         ({"forward": 1.0, "static_memory": [1, 2, 3]}, "3 values, but the schedule has 2 ranks"),
         ({"forward": 1.0, "backward_full": 1.0, "backward_weight": 2.0}, "backward_weight of stage 0 exceeds"),
+        ({"forward": 1.0, "activation_memory": 10, "input_memory": 20}, "input_memory .* within its activation"),
+        ({"forward": 1.0, "output_memory": [5] * 4, "output_weight_memory": [6] * 4}, "output_weight_memory .6. within"),
     ],
 )
 def test_models_that_do_not_fit_the_schedule(kwargs, message) -> None:

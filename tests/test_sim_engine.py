@@ -109,6 +109,24 @@ def test_split_backward_that_keeps_more_than_forward_saved() -> None:
     assert result.peak_activation_bytes == [320]
 
 
+@pytest.mark.parametrize("order, kept, expected", [
+    # Stage 1 (input: 40 of its 100 bytes) gets stage 0's output (40 of its 100) in memory:
+    # one storage, counted at stage 0's F and freed by whichever stage releases it last.
+    ("0F0 1F0 1B0 0B0", (0, 0), [(0, 0), (0, 100), (1, 160), (4, 100), (6, 0)]),
+    # Split: stage 1 keeps its input until its W, stage 0 its output until its I, which
+    # comes first and so frees the 40 bytes less; 1W0 frees them.
+    ("0F0 1F0 1I0 0I0 1W0 0W0", (50, 70), [(0, 0), (0, 100), (1, 160), (4, 130), (6, 120), (6.5, 50), (7, 0)]),
+])
+def test_stages_handing_over_on_one_rank_share_the_storage(order, kept, expected) -> None:
+    schedule = Schedule("v", 1, 1, 2, (0, 0), (acts(order),))
+    split = "I" in order
+    costs = CostModel([1.0] * 2, [2.0] * 2 if split else None, [0.5] * 2 if split else None,
+                      None if split else [2.0] * 2, activation_memory=[100, 100], weight_memory=list(kept), input_memory=[0, 40], input_weight_memory=[0, 40],
+                      output_memory=[40, 0])
+    result = simulate(schedule, costs)
+    assert list(zip(result.memory["time"], result.memory["bytes"])) == expected
+
+
 def test_static_memory_is_reported_beside_activations() -> None:
     result = simulate(
         schedules.build("1f1b", ranks=3, microbatches=6),

@@ -95,6 +95,8 @@ def random_costs(rng: random.Random, schedule: Schedule, contention: bool = Fals
     inp, weight = us(0, 40), us(0, 20)
     full = None if rng.random() < 0.5 else us(1, 60)
     memory = [rng.randint(0, 1000) for _ in range(n)]
+    inputs = [rng.choice([0, rng.randint(0, x // 2)]) for x in memory]
+    outputs = [rng.choice([0, rng.randint(0, x // 2)]) for x in memory]
     return CostModel(
         forward=us(0, 30),
         backward_input=inp,
@@ -106,6 +108,12 @@ def random_costs(rng: random.Random, schedule: Schedule, contention: bool = Fals
         p2p_gradient_bytes=None if rng.random() < 0.5 else [rng.randint(0, 5000) for _ in range(max(n - 1, 0))],
         activation_memory=memory,
         weight_memory=[rng.randint(0, 2 * x) for x in memory],  # W may keep more than F saved
+        # Of a stage's activations, its input's and its output's storages, each held until I
+        # or until W; where stage s-1 hands over to s on one rank these are shared.
+        input_memory=inputs,
+        input_weight_memory=[rng.choice([0, x]) for x in inputs],
+        output_memory=outputs,
+        output_weight_memory=[rng.choice([0, x]) for x in outputs],
         link_contention=contention,
         send_overhead=rng.choice([0, rng.randint(1, 5)]) * 1e-6,
         recv_overhead=rng.choice([0, rng.randint(1, 5)]) * 1e-6,
@@ -254,16 +262,51 @@ def critical_path(program, costs: CostModel, factors=None, transfer_factors=None
     return out
 
 
+def shared_storages(program, costs: CostModel) -> dict[int, tuple[int, bool, bool]]:
+    """Per stage s handed its input by stage s-1 on the same rank: (bytes of the storage both
+    hold, whether s-1 holds it until its W, whether s does)."""
+    s2r = program.schedule.stage_to_rank
+    out = {}
+    for s in range(1, len(s2r)):
+        h = min(costs.output_memory[s - 1], costs.input_memory[s])
+        if s2r[s] == s2r[s - 1] and h > 0:
+            out[s] = (h, costs.output_weight_memory[s - 1] >= h, costs.input_weight_memory[s] >= h)
+    return out
+
+
 def memory_changes(program, costs: CostModel, times) -> dict[int, list[tuple[int, int]]]:
-    """Per rank, (time ns, bytes held) after every change: +M at F start, -M at B end,
-    -(M - K) at I end (or +(K - M) at I start, when K > M), -K at W end, with M, K the stage's
-    activation and weight memory."""
+    """Per rank, (time ns, bytes held) after every change, from blocks of bytes each with its
+    own life: a stage's own bytes (M and K less the shared storages it holds: +M' at F, -M'
+    at B, K' - M' at I, -K' at W) and each shared storage (+h at the sender's F, -h at the
+    later of the two stages' releases: B, or I or W as each holds it). An action's change is
+    the sum of its blocks', at its start if positive, else at its end."""
+    shared = shared_storages(program, costs)
     out = {}
     for rank, stream in enumerate(program.streams):
+        delta_at = defaultdict(int)
+        releases = defaultdict(list)  # (receiving stage, mb) -> positions releasing the storage
+        for i, action in enumerate(stream):
+            s, kind, mb = action.stage, action.kind, action.microbatch
+            if kind not in (Kind.F, Kind.B, Kind.I, Kind.W):
+                continue
+            m, k = costs.activation_memory[s], costs.weight_memory[s]
+            for pair, receiver in ((s, True), (s + 1, False)):
+                if pair in shared:
+                    h, sender_until_w, receiver_until_w = shared[pair]
+                    until_w = receiver_until_w if receiver else sender_until_w
+                    m -= h
+                    k -= h if until_w else 0
+                    if kind is Kind.B or (kind is Kind.W) == until_w and kind is not Kind.F:
+                        releases[(pair, mb)].append(i)
+                    if kind is Kind.F and not receiver:
+                        delta_at[i] += h
+            delta_at[i] += {Kind.F: m, Kind.B: -m, Kind.I: k - m, Kind.W: -k}[kind]
+        for (pair, _), positions in releases.items():
+            if len(positions) == 2:
+                delta_at[max(positions)] -= shared[pair][0]
         held, changes = 0, []
         for i, action in enumerate(stream):
-            m, k = costs.activation_memory[action.stage], costs.weight_memory[action.stage]
-            delta = {Kind.F: m, Kind.B: -m, Kind.I: -(m - k), Kind.W: -k}.get(action.kind, 0)
+            delta = delta_at.get(i, 0)
             if delta:
                 held += delta
                 changes.append((times[(rank, i)][0 if delta > 0 else 1], held))

@@ -15,6 +15,8 @@ order-only facts from the generator's output:
   peak, are a function of this order and the bytes per stage alone: `activation_peaks`
   gives the engine's `SimResult.peak_bytes` without simulating (a test checks they agree),
   which lets the search discard configurations that do not fit before it simulates them.
+  Storage two stages on one rank share (sim.handover: a calibration of a model whose stage
+  saves its own output) only lowers the engine's peak, so there this is an upper bound.
 """
 
 from __future__ import annotations

@@ -105,6 +105,7 @@ class Layout:
     ranks: int
     chunks: int
     num_stages: int
+    stage_to_rank: tuple[int, ...]  # where a same-rank handover shares storage (sim.handover)
 
 
 @dataclass(frozen=True)
@@ -380,7 +381,7 @@ def calibrated_costs(config: Config, model: Transformer, calibration: Calibratio
         params = sum(stage_params[s] for s in range(n) if placement[s] == rank)
         states = memory.model_states(params, 1, 0)
         ranks_memory.append(RankMemory(states.weights, states.gradients, states.optimizer, 0.0))
-    layout = Layout(config.pp, config.chunks, n)
+    layout = Layout(config.pp, config.chunks, n, tuple(placement))
     return ConfigCosts(
         config=config, stage=cost_model.for_schedule(layout), placement=placement,
         ranks_memory=tuple(ranks_memory), after_ns=(0,) * config.pp,
