@@ -564,7 +564,9 @@ def quality_lines(quality: Mapping[str, Any]) -> list[str]:
                      + "; step-time spread (IQR / median) "
                      f"{100 * entry['step_time_spread']:.1f}%"
                      + (f"; compute at x{entry['compute_level']:.3f} of the fitted costs" if entry.get("compute_level") is not None
-                        else ""))
+                        else "")
+                     + ("; peak activation bytes exact on every rank" if entry.get("peak_activation_bytes_simulated")
+                        == entry.get("peak_activation_bytes_measured", ()) else ""))
     lines += [f"warning: {w}" for w in quality.get("warnings", [])]
     return lines
 

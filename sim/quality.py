@@ -30,14 +30,16 @@ def assess(calibration: Calibration, runs: Sequence[MeasuredRun]) -> Calibration
 def quality_of(calibration: Calibration, runs: Sequence[MeasuredRun]) -> dict[str, Any]:
     """Per run: measured and simulated median step time, self-replay error, step-time spread
     (IQR / median), the measured median's 95% interval (`sim.comparison.median_interval`,
-    relative) and compute level (its compute over the calibration's, `sim.comparison`); and
+    relative), compute level (its compute over the calibration's, `sim.comparison`) and peak
+    activation bytes per rank, measured and simulated (a warning if they differ at all); and
     warnings for those beyond QUALITY_LIMIT (an error beyond it says whether it lies beyond the
     interval too: then more steps would not remove it), and for levels further apart than it
     (sim.calibration's module docstring)."""
     per_run, warnings = [], []
     for run in runs:
         costs = calibration.for_run(run)
-        simulated = simulate(run.program, costs).step_time
+        result = simulate(run.program, costs)
+        simulated = result.step_time
         times = list(run.step_times)
         measured = float(np.median(times))
         entry = {
@@ -47,8 +49,15 @@ def quality_of(calibration: Calibration, runs: Sequence[MeasuredRun]) -> dict[st
             "step_time_spread": step_spread(times),
             "step_time_interval": list(median_interval(times)),
             "compute_level": compute_level(run, costs, calibration.dispatch_overhead).level,  # NaN: no compute
+            "peak_activation_bytes_measured": [int(b) for b in run.summary["peak_activation_bytes"]],
+            "peak_activation_bytes_simulated": list(result.peak_activation_bytes),
         }
         per_run.append(entry)
+        # Byte counts are deterministic, so any difference is a miss of the memory model.
+        if entry["peak_activation_bytes_simulated"] != entry["peak_activation_bytes_measured"]:
+            warnings.append(f"{run.path}: the replay's peak activation bytes per rank "
+                            f"{entry['peak_activation_bytes_simulated']} differ from the measured "
+                            f"{entry['peak_activation_bytes_measured']}: the memory model misses")
         error, (low, high) = entry["self_replay_error"], entry["step_time_interval"]
         if abs(error) > QUALITY_LIMIT:
             where = ("beyond the measured median's 95% interval too: a model miss" if not low <= error <= high else

@@ -46,6 +46,22 @@ def test_a_run_without_spread_calibrates_to_none_and_replays_exactly(runs):
     assert c.quality["warnings"] == []
 
 
+def test_quality_reports_peak_bytes_and_warns_on_any_difference(runs, tmp_path):
+    run = read_measured(runs / "1f1b")
+    (entry,) = assess(calibrate(run), [run]).quality["runs"]
+    peaks = run.summary["peak_activation_bytes"]
+    assert entry["peak_activation_bytes_measured"] == entry["peak_activation_bytes_simulated"] == peaks
+    shutil.copytree(runs / "1f1b", tmp_path / "off")
+    summary = json.loads((tmp_path / "off" / "summary.json").read_text())
+    summary["peak_activation_bytes"] = [peaks[0], peaks[1] + 1]  # one byte the model did not count
+    (tmp_path / "off" / "summary.json").write_text(json.dumps(summary))
+    off = read_measured(tmp_path / "off")
+    c = assess(calibrate(off), [off])
+    assert [w for w in c.quality["warnings"] if "peak activation bytes" in w] == [
+        f"{off.path}: the replay's peak activation bytes per rank {peaks} differ from the measured "
+        f"{[peaks[0], peaks[1] + 1]}: the memory model misses"]
+
+
 def test_run_slower_than_its_profile_on_one_role_is_replayed_exactly(runs, tmp_path, monkeypatch):
     """The run's last stage is 0.7 ms slower per B than the profile's shape says (e.g. a busier
     rank): the speed ratio alone would spread that over both stages; anchoring the roles keeps
