@@ -24,9 +24,9 @@ from sim.device_memory import ExecutorMemory, peak_device_memory
 A, B_SENT, G_SENT = 1000, 30, 50
 
 
-def model(memory=A, kept=None, sent=B_SENT, grad=G_SENT) -> CostModel:
+def model(memory=A, kept=None, sent=B_SENT, grad=G_SENT, **storages) -> CostModel:
     return CostModel(forward=1.0, backward_input=1.0, backward_weight=1.0, activation_memory=memory,
-                     weight_memory=kept, p2p_activation_bytes=sent, p2p_gradient_bytes=grad)
+                     weight_memory=kept, p2p_activation_bytes=sent, p2p_gradient_bytes=grad, **storages)
 
 
 def moving(program, costs, post_ahead) -> list[int]:
@@ -71,8 +71,12 @@ CASES = [
 
 
 @pytest.mark.parametrize("name,p,m,v", CASES)
-def test_activations_alone_match_the_engine(name: str, p: int, m: int, v: int) -> None:
-    """Without transfer bytes the walk's peak is the engine's peak activation, per rank."""
+@pytest.mark.parametrize("kept_share, shared", [(1 / 3, False), (5 / 3, True)])
+def test_activations_alone_match_the_engine(name: str, p: int, m: int, v: int, kept_share: float,
+                                            shared: bool) -> None:
+    """Without transfer bytes the walk's peak is the engine's peak activation, per rank: with W
+    keeping less or more than F saved, and with storages that same-rank handovers share
+    (V-shapes and looped placements at p=1)."""
     try:
         schedule = schedules.build(name, ranks=p, microbatches=m, chunks=v)
     except schedules.ScheduleError:
@@ -82,7 +86,9 @@ def test_activations_alone_match_the_engine(name: str, p: int, m: int, v: int) -
             pytest.skip("not legal at these sizes")
     n = schedule.num_stages
     memory = [1000 + 37 * s for s in range(n)]
-    costs = model(memory=memory, kept=[x // 3 for x in memory], sent=0, grad=0)
+    storages = dict(input_memory=[x // 4 for x in memory], input_weight_memory=[x // 4 for x in memory],
+                    output_memory=[x // 5 for x in memory]) if shared else {}
+    costs = model(memory=memory, kept=[round(x * kept_share) for x in memory], sent=0, grad=0, **storages)
     program = schedules.lower(schedule)
     assert moving(program, costs, 1) == simulate(program, costs).peak_activation_bytes
 
