@@ -207,6 +207,10 @@ def _check_timeline(timeline: pd.DataFrame, program: Program, steps: int, where:
         raise ScheduleError(f"{where}: step {int(short.index[0])} has rows of {int(short.iloc[0])} of {len(expected)} ranks")
 
 
+# A profile record's optional byte counts besides activation_bytes (runtime/profile.py).
+BYTE_COUNTS = ("weight_bytes", "input_bytes", "input_weight_bytes", "output_bytes", "output_weight_bytes")
+
+
 def read_profile(path: Path) -> dict[str, Any] | None:
     """profile.json checked for the fields calibration reads; None if there is none."""
     if not path.is_file():
@@ -222,7 +226,9 @@ def read_profile(path: Path) -> dict[str, Any] | None:
         for i, r in enumerate(records):
             ok = (isinstance(r, dict) and r.get("role") in ROLES
                   and isinstance(r.get("layers"), int) and r["layers"] > 0 and isinstance(r.get("activation_bytes"), int)
-                  and "F" in r and all(_samples(r[k]) for k in COMPUTE_NAMES if k in r))
+                  and "F" in r and all(_samples(r[k]) for k in COMPUTE_NAMES if k in r)
+                  and all(isinstance(r[k], int) and not isinstance(r[k], bool) and r[k] >= 0
+                          for k in BYTE_COUNTS if k in r))
             if not ok:
                 raise ScheduleError(f"{path}: layers.records[{i}] is malformed")
     p2p = data.get("p2p")

@@ -479,6 +479,10 @@ def broken(tmp_path: Path, source: Path, how: str) -> Path:
         (path / "timeline.csv").write_text("\n".join(text) + "\n")
     elif how == "bad-profile":
         (path / "profile.json").write_text(json.dumps({"layers": {"rows": ROWS, "records": [{"role": "top"}]}}))
+    elif how == "bad-byte-count":
+        profile = json.loads((path / "profile.json").read_text())
+        profile["layers"]["records"][0]["input_bytes"] = "16 KiB"
+        (path / "profile.json").write_text(json.dumps(profile))
     elif how == "bad-post-ahead":
         summary = json.loads((path / "summary.json").read_text())
         summary["post_ahead"] = "soon"
@@ -498,6 +502,7 @@ def broken(tmp_path: Path, source: Path, how: str) -> Path:
     ("fewer-step-times", "truncated"),
     ("bad-time", "not a finite number"),
     ("bad-profile", "malformed"),
+    ("bad-byte-count", "layers.records"),
     ("no-layer-ranges", "layer range"),
     ("bad-post-ahead", "post_ahead"),
 ])
