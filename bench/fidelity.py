@@ -41,6 +41,12 @@ prediction as measured. Writes OUT/results.csv,
 OUT/summary.json, the figure (predicted vs measured, from the pooled calibration), and prints
 markdown tables. ``--reuse`` reads runs that already exist; ``--groups`` picks groups by name
 (e.g. ``mlp-8-p2``).
+
+``--alternate`` makes each round's seventeen runs (calibration and held-out alike) in one launch
+whose steps are dealt out in turn (bench/alternate_runs.py; ``--rewarm`` unmeasured steps first at
+each turn, so that a measured step starts on its own warm caches): a calibration and the runs it
+predicts then share the machine's every second, and the error left is the model's, not the
+machine's drift between launches. The noise floor still compares different launches (rounds).
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -71,10 +78,13 @@ from sim.quality import assess  # noqa: E402
 from sim.costs import CostError  # noqa: E402
 from sim.measured import read_measured  # noqa: E402
 
-MODELS = {
-    "mlp": ["--model", "mlp", "--layers", "8", "--hidden", "512"],
-    "gpt": ["--model", "gpt", "--layers", "8", "--hidden", "128", "--heads", "4", "--seq-len", "64", "--vocab", "256"],
+# The models' flags (runtime.ModelSpec's fields but the batch size, which is rows x m).
+MODEL_SPECS = {
+    "mlp": {"model": "mlp", "layers": 8, "hidden": 512},
+    "gpt": {"model": "gpt", "layers": 8, "hidden": 128, "heads": 4, "seq_len": 64, "vocab": 256},
 }
+MODELS = {name: [token for key, value in spec.items() for token in (f"--{key.replace('_', '-')}", str(value))]
+          for name, spec in MODEL_SPECS.items()}
 # (model, rows per microbatch, p), in the order they run.
 GROUPS = [("mlp", 8, 2), ("mlp", 256, 2), ("mlp", 2, 2), ("mlp", 64, 2), ("gpt", 8, 2), ("gpt", 1, 2),
           ("gpt", 64, 2), ("mlp", 8, 4), ("mlp", 256, 4), ("gpt", 8, 4), ("gpt", 256, 2)]
@@ -122,23 +132,27 @@ class CpuLock:
             self.file = None
 
 
-def run_case(out: Path, model: str, rows: int, p: int, schedule: str, m: int, steps: int, warmup: int,
-             profile: bool, reuse: bool, lock: CpuLock) -> Path:
-    """One executor run (under the CPU lock); returns its directory."""
-    if reuse and (out / "summary.json").is_file():
-        return out
+@dataclass(frozen=True)
+class Case:
+    """One run a round makes: its directory, program, measured steps, and whether it profiles."""
+
+    out: Path
+    schedule: str
+    m: int
+    steps: int
+    profile: bool
+
+
+def launch(command: list[str], outs: list[Path], reuse: bool, lock: CpuLock) -> None:
+    """Run `command` (under the CPU lock) to make the run directories `outs`, unless `reuse` finds
+    them all made; records in each the share of the CPUs other processes took meanwhile."""
+    if reuse and all((out / "summary.json").is_file() for out in outs):
+        return
     lock.take()
-    if out.exists():
-        shutil.rmtree(out)  # a run cut short
-    out.parent.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(p),
-               "--master-port", str(free_port()), "-m", "runtime", "--schedule", schedule, "--microbatches", str(m),
-               *MODELS[model], "--batch-size", str(rows * m), "--steps", str(steps), "--warmup", str(warmup),
-               "--out", str(out)]
-    if schedule in CHUNKS:
-        command += ["--chunks", str(CHUNKS[schedule])]
-    if profile:
-        command += ["--profile-layers", "--profile-p2p"]
+    for out in outs:
+        if out.exists():
+            shutil.rmtree(out)  # a run cut short
+        out.parent.mkdir(parents=True, exist_ok=True)
     started, jiffies, ours = time.time(), cpu_jiffies(), children_cpu()
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
@@ -147,9 +161,38 @@ def run_case(out: Path, model: str, rows: int, p: int, schedule: str, m: int, st
     # CPU time others took while the run ran, as a share of the machine (/proc/stat minus our children)
     others = max((cpu_jiffies() - jiffies) / os.sysconf("SC_CLK_TCK") - (children_cpu() - ours), 0.0) / (
         wall * os.cpu_count())
-    (out / "load.json").write_text(json.dumps({"wall_seconds": wall, "others_cpu_share": others}) + "\n")
-    print(f"  {out.name}: {wall:.1f} s, others took {100 * others:.0f}% of the CPUs", file=sys.stderr, flush=True)
-    return out
+    for out in outs:
+        (out / "load.json").write_text(json.dumps({"wall_seconds": wall, "others_cpu_share": others}) + "\n")
+    names = outs[0].name if len(outs) == 1 else f"{len(outs)} runs alternated"
+    print(f"  {names}: {wall:.1f} s, others took {100 * others:.0f}% of the CPUs", file=sys.stderr, flush=True)
+
+
+def torchrun(p: int) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(p), "--master-port", str(free_port())]
+
+
+def run_case(case: Case, model: str, rows: int, p: int, warmup: int, reuse: bool, lock: CpuLock) -> None:
+    """One executor run (`python -m runtime`) in a launch of its own."""
+    command = [*torchrun(p), "-m", "runtime", "--schedule", case.schedule, "--microbatches", str(case.m),
+               *MODELS[model], "--batch-size", str(rows * case.m), "--steps", str(case.steps), "--warmup", str(warmup),
+               "--out", str(case.out)]
+    if case.schedule in CHUNKS:
+        command += ["--chunks", str(CHUNKS[case.schedule])]
+    if case.profile:
+        command += ["--profile-layers", "--profile-p2p"]
+    launch(command, [case.out], reuse, lock)
+
+
+def run_alternated(plan_path: Path, cases: list[Case], model: str, rows: int, p: int, warmup: int, rewarm: int,
+                   reuse: bool, lock: CpuLock) -> None:
+    """Every case in one launch, their steps alternated (bench/alternate_runs.py, its plan written to `plan_path`)."""
+    plan = {"model": MODEL_SPECS[model], "warmup": warmup, "rewarm": rewarm,
+            "runs": [{"out": str(c.out), "schedule": c.schedule, "microbatches": c.m, "chunks": CHUNKS.get(c.schedule),
+                      "batch_size": rows * c.m, "steps": c.steps, "profile": c.profile} for c in cases]}
+    plan_path.parent.mkdir(parents=True, exist_ok=True)
+    plan_path.write_text(json.dumps(plan, indent=1) + "\n")
+    launch([*torchrun(p), str(Path(__file__).with_name("alternate_runs.py")), str(plan_path)],
+           [c.out for c in cases], reuse, lock)
 
 
 def cpu_jiffies() -> int:
@@ -206,6 +249,10 @@ def main() -> int:
     parser.add_argument("--calibration-steps", type=int, default=48)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reuse", action="store_true")
+    parser.add_argument("--alternate", action="store_true",
+                        help="make each round's runs in one launch, their steps alternated (bench/alternate_runs.py)")
+    parser.add_argument("--rewarm", type=int, default=1,
+                        help="with --alternate: unmeasured steps a run takes at each turn before its measured one")
     args = parser.parse_args()
     root = Path(args.out)
     chosen = [g for g in GROUPS if args.groups is None or group_name(*g) in args.groups]
@@ -224,18 +271,22 @@ def main() -> int:
         own_runs = []  # per round: its calibration runs
         for k in range(args.rounds):
             suffix = "" if k == 0 else f"-r{k}"
-            cal_runs = {s: read_measured(run_case(base / f"calibrate-{s}{suffix}", model, rows, p, s, 2 * p,
-                                                  args.calibration_steps, args.warmup, True, args.reuse, lock))
-                        for s in CALIBRATION_SCHEDULES}
-            trio = [cal_runs[s] for s in CALIBRATION_SCHEDULES]
+            calibrating = [Case(base / f"calibrate-{s}{suffix}", s, 2 * p, args.calibration_steps, True)
+                           for s in CALIBRATION_SCHEDULES]
+            held_out = [Case(base / f"{s}-m{m}{suffix}", s, m, args.steps, False) for s, m in cases]
+            if args.alternate:
+                run_alternated(base / f"alternate{suffix}.json", calibrating + held_out, model, rows, p, args.warmup,
+                               args.rewarm, args.reuse, lock)
+            else:
+                for case in calibrating + held_out:
+                    run_case(case, model, rows, p, args.warmup, args.reuse, lock)
+            trio = [read_measured(c.out) for c in calibrating]
             own_runs.append(trio)
             rounds.append({"1f1b": assess(calibrate(trio[0]), trio[:1]),
                            "1f1b+zb-h1": assess(calibrate_runs(trio[:2]), trio[:2]),
                            "three": assess(calibrate_runs(trio), trio)})
-            for schedule, m in cases:
-                measured[(schedule, m)].append(read_measured(run_case(
-                    base / f"{schedule}-m{m}{suffix}", model, rows, p, schedule, m, args.steps, args.warmup, False,
-                    args.reuse, lock)))
+            for (schedule, m), c in zip(cases, held_out):
+                measured[(schedule, m)].append(read_measured(c.out))
         lock.release()
         every = [r for trio in own_runs for r in trio]
         pooled = assess(calibrate_runs(every), every)
