@@ -31,7 +31,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 import schedules  # noqa: E402
@@ -90,7 +89,7 @@ def main(argv: list[str]) -> int:
         return 2
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=TIMEOUT))
     rank = dist.get_rank()
-    opened = []
+    sessions: list[Session] = []  # one per run, in the plan's order
     try:
         for r in runs:
             spec = ModelSpec(**model_flags, batch_size=r.batch_size)
@@ -99,26 +98,27 @@ def main(argv: list[str]) -> int:
             schedule = schedules.build(r.schedule, ranks=dist.get_world_size(), microbatches=r.microbatches,
                                        chunks=r.chunks)
             session = Session(schedules.lower(schedule), model, RunOptions(steps=r.steps, warmup=warmup, timeout=TIMEOUT))
-            opened.append((r, model, session))
+            sessions.append(session)
     except (ConfigError, schedules.ScheduleError, TypeError) as exc:  # TypeError: a model flag ModelSpec lacks
         print(f"rank {rank}: error: {exc}", file=sys.stderr)
-        for _, _, session in opened:
+        for session in sessions:
             session.close()
         dist.destroy_process_group()
         return 2
-    for i in step_order([warmup] * len(runs)) if warmup else []:
-        opened[i][2].step(measured=False)
+    for i in step_order([warmup] * len(runs)):
+        sessions[i].step(measured=False)
     for i in step_order([r.steps for r in runs]):
         for _ in range(rewarm):
-            opened[i][2].step(measured=False)
-        opened[i][2].step()
-    for r, model, session in opened:
+            sessions[i].step(measured=False)
+        sessions[i].step()
+    for r, session in zip(runs, sessions):
         result = session.finish()
-        profile = collect(session.plan.program, model, torch.device("cpu"), layers=True, p2p=True) if r.profile else None
+        plan = session.plan
+        profile = collect(plan.program, plan.model, session.device, layers=True, p2p=True) if r.profile else None
         if rank == 0:
             if profile:
                 write_profile(r.out, profile)  # before summary.json, which marks a run directory complete
-            write_outputs(result, session.plan.program, r.out)
+            write_outputs(result, plan.program, r.out)
     gc.collect()  # see runtime/cli.py: free reference cycles before gloo's threads go
     dist.destroy_process_group()
     return 0
