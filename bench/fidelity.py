@@ -37,9 +37,9 @@ over minutes when others load it). Each run also records the share of the CPUs t
 median step time; predicted: the median over rounds of the predictions; spread: the runs' step-time interquartile range over the
 median (median over rounds); range: lowest to highest of the rounds' medians. Ordering: for each
 group and m, every pair of schedules whose ranges do not overlap must be ordered by the
-prediction as measured. Writes OUT/results.csv,
-OUT/summary.json, the figure (predicted vs measured, from the pooled calibration), and prints
-markdown tables. ``--reuse`` reads runs that already exist; ``--groups`` picks groups by name
+prediction as measured. Writes OUT/results.csv, OUT/calibrations.csv and OUT/summary.json
+(keeping the other groups an earlier invocation wrote there), the figure (predicted vs measured,
+from the pooled calibration), and prints markdown tables. ``--reuse`` reads runs that already exist; ``--groups`` picks groups by name
 (e.g. ``mlp-8-p2``).
 
 ``--alternate`` makes each round's seventeen runs (calibration and held-out alike) in one launch
@@ -251,9 +251,15 @@ def main() -> int:
     parser.add_argument("--reuse", action="store_true")
     parser.add_argument("--alternate", action="store_true",
                         help="make each round's runs in one launch, their steps alternated (bench/alternate_runs.py)")
-    parser.add_argument("--rewarm", type=int, default=1,
-                        help="with --alternate: unmeasured steps a run takes at each turn before its measured one")
+    parser.add_argument("--rewarm", type=int, default=None,
+                        help="with --alternate: unmeasured steps a run takes at each turn before its measured one "
+                             "(default 1)")
     args = parser.parse_args()
+    if args.rewarm is not None and not args.alternate:
+        parser.error("--rewarm needs --alternate")
+    if args.rewarm is not None and args.rewarm < 0:
+        parser.error(f"--rewarm must be 0 or more, got {args.rewarm}")
+    rewarm = 1 if args.rewarm is None else args.rewarm
     root = Path(args.out)
     chosen = [g for g in GROUPS if args.groups is None or group_name(*g) in args.groups]
     rows_out, calib_out = [], []
@@ -276,7 +282,7 @@ def main() -> int:
             held_out = [Case(base / f"{s}-m{m}{suffix}", s, m, args.steps, False) for s, m in cases]
             if args.alternate:
                 run_alternated(base / f"alternate{suffix}.json", calibrating + held_out, model, rows, p, args.warmup,
-                               args.rewarm, args.reuse, lock)
+                               rewarm, args.reuse, lock)
             else:
                 for case in calibrating + held_out:
                     run_case(case, model, rows, p, args.warmup, args.reuse, lock)
@@ -330,18 +336,30 @@ def main() -> int:
                 predicted = float(np.median([predict(c, r) for c, r in zip(p2_calibrations[(model, rows)], runs)]))
                 row["pred_p2_ms"], row["err_p2"] = predicted * 1e3, predicted / mid - 1
             rows_out.append(row)
-        pd.DataFrame(rows_out).to_csv(root / "results.csv", index=False)
-        pd.DataFrame(calib_out).to_csv(root / "calibrations.csv", index=False)
+        write_keeping_others(pd.DataFrame(rows_out), root / "results.csv")
+        write_keeping_others(pd.DataFrame(calib_out), root / "calibrations.csv")
     table = pd.DataFrame(rows_out)
     summary = summarize(table, pd.DataFrame(calib_out))
     for name, floor in floors.items():
         summary["groups"][name]["noise_floor"] = floor
     summary["seconds"] = time.time() - began
-    (root / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    earlier = root / "summary.json"
+    if earlier.is_file():  # groups of earlier invocations into the same OUT stay
+        summary["groups"] = {**json.loads(earlier.read_text()).get("groups", {}), **summary["groups"]}
+    earlier.write_text(json.dumps(summary, indent=2) + "\n")
     print_tables(table, pd.DataFrame(calib_out), summary)
     if args.figure:
         figure(table, args.figure)
     return 0
+
+
+def write_keeping_others(frame: pd.DataFrame, path: Path) -> None:
+    """Write `frame` to the CSV `path`, keeping the rows of groups it does not hold from an
+    earlier invocation into the same OUT (groups are often run a few per invocation)."""
+    if path.is_file() and len(frame):
+        earlier = pd.read_csv(path)
+        frame = pd.concat([earlier[~earlier["group"].isin(frame["group"])], frame], ignore_index=True)
+    frame.to_csv(path, index=False)
 
 
 def noise_floor(calibrations, runs) -> float:
