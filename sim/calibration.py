@@ -100,7 +100,10 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   (`compute_frame`). Processor sharing among compute alone (0) holds for long actions and not
   for short ones (bench/processor_sharing.py; sweep 9's calibration runs: 0.15-0.4 at gpt 8 rows
   p=4, 0.4-0.6 at mlp 256 rows, 0.8-0.9 at mlp 8 rows). Several runs: one share fitted over all
-  their cells at once, each run's compute taken under it.
+  their cells at once, each run's compute taken under it. Runs of two programs or more are
+  better served by their step times (`sim.share_choice`, which ``sim calibrate`` uses: the
+  share whose calibration, fitted here at that share by `calibrate_at_share`, replays them
+  best), as the cells' criterion hardly tells shares apart where actions are noisy.
 - **post_overhead**: rank time per receive posted before a rank's first action (sim.costs;
   with whole-step posting, every receive of its step): least squares of each rank's first
   row start in each step (its clock starts at the step's barrier) on the receives it posted
@@ -395,7 +398,13 @@ class Calibration:
         if self.post_overhead:
             lines.append(f"  receives posted before a rank's first action (post-ahead {self.post_ahead}): "
                          f"{us(self.post_overhead)} each")
-        if self.idle_share:
+        choice = self.diagnostics.get("idle_share_choice")
+        if choice:  # sim.share_choice
+            tried = ", ".join(f"{share} {100 * error:.1f}%" for share, error in choice["replay_error"].items())
+            lines.append(f"  ranks sharing cores: a rank not computing takes {self.idle_share:.2f} of a core, chosen by "
+                         f"the runs' step times (RMS replay error by share: {tried}; the cells' choice "
+                         f"{choice['cells_share']:.2f})")
+        elif self.idle_share:
             lines.append(f"  ranks sharing cores: a rank not computing takes {self.idle_share:.2f} of a core")
         bandwidth = "unlimited" if math.isinf(self.p2p_bandwidth) else f"{self.p2p_bandwidth / 1e9:.2f} GB/s"
         load = f", +{us(self.p2p_load_latency)} per rank computing meanwhile" if self.p2p_load_latency else ""
@@ -489,14 +498,47 @@ def calibrate(run: MeasuredRun) -> Calibration:
     return calibrate_runs([run])
 
 
-def calibrate_runs(runs: Sequence[MeasuredRun]) -> Calibration:
+def calibrate_runs(runs: Sequence[MeasuredRun], idle_share: float | None = None) -> Calibration:
     """One calibration from several runs of the same model and microbatch size (module
-    docstring); sim.quality.assess adds the quality of its replay of each."""
+    docstring); sim.quality.assess adds the quality of its replay of each. `idle_share` fixes
+    the share of a core a rank not computing takes where ranks share cores (default: the cells'
+    choice, `fit_idle_share`; sim.share_choice picks it by the runs' own step times)."""
     if not runs:
         raise CostError("calibrate needs at least one run")
-    idle = fit_idle_share(*runs)  # one law for all: each run's compute taken under it
+    fits = [TransferFits.of(run) for run in runs]
+    idle = fit_idle_share(*runs) if idle_share is None else idle_share
+    return calibrate_at_share(runs, fits, idle)
+
+
+@dataclass(frozen=True)
+class TransferFits:
+    """What a run says that does not depend on the idle share (`calibrate_at_share`): its
+    transfers on one clock per step (sim.transfers, the slow part of a fit), the transfer law
+    fitted to them and the executor's overheads."""
+
+    transfers: tuple[TransferRow, ...]
+    law: tuple[float, float] | None  # (idle, load) of the transfer law, None if no receiver waited
+    dispatch: float
+    send: float
+    recv: float
+
+    @classmethod
+    def of(cls, run: MeasuredRun) -> "TransferFits":
+        # clock-aligned once: the overheads, latency and spread all read them; the load term
+        # only where ranks share cores (module docstring)
+        transfers = tuple(transfer_rows(run, loads=shared_cores(run) is not None))
+        law = transfer_fit(transfers)
+        return cls(transfers, law, *executor_overheads(run, transfers, law))
+
+
+def calibrate_at_share(runs: Sequence[MeasuredRun], fits: Sequence[TransferFits], idle: float) -> Calibration:
+    """`calibrate_runs` with each run's share-independent fits given (`TransferFits.of`, in the
+    order of `runs`) and every run's compute taken under the idle share `idle`, so that a
+    choice among shares fits the transfers once."""
+    if not runs:
+        raise CostError("calibrate needs at least one run")
     post = fit_post_overhead(*runs)  # one slope for all: a single run often cannot show it
-    fitted = [_fit_one(run, idle, post) for run in runs]
+    fitted = [_fit_one(run, found, idle, post) for run, found in zip(runs, fits)]
     first = fitted[0][0]
     for run, (c, _) in zip(runs[1:], fitted[1:]):
         if dict(c.model) != dict(first.model) or c.rows != first.rows:
@@ -571,7 +613,7 @@ def quality_lines(quality: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _fit_one(run: MeasuredRun, idle: float, post: float = 0.0
+def _fit_one(run: MeasuredRun, fits: TransferFits, idle: float, post: float = 0.0
              ) -> tuple[Calibration, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
     """Every parameter fitted from one run, and the run's compute, transfer, rank, step and
     step overhead spread residuals (no quality yet); where its ranks shared cores, its compute
@@ -579,11 +621,7 @@ def _fit_one(run: MeasuredRun, idle: float, post: float = 0.0
     calibrated with it); `post` the cost of a receive posted before a rank's first action
     (`fit_post_overhead`), whose simulated lead leaves the step overhead."""
     schedule = run.program.schedule
-    # clock-aligned once: the overheads, latency and spread all read them; the load term only
-    # where ranks share cores (module docstring)
-    transfers = transfer_rows(run, loads=shared_cores(run) is not None)
-    law = transfer_fit(transfers)  # (idle, load) of the transfer law, None if no receiver waited
-    dispatch, send, recv = executor_overheads(run, transfers, law)
+    transfers, law, dispatch, send, recv = fits.transfers, fits.law, fits.dispatch, fits.send, fits.recv
     measured, switch, places = compute_costs(run, dispatch, idle)
     stages = run_stages(run, measured)
     diagnostics: dict[str, Any] = {}

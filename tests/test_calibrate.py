@@ -32,6 +32,8 @@ from schedules import ScheduleError
 from schedules.timeline import TIMELINE_COLUMNS
 from sim import CostError, CostModel, simulate
 from schedules.stages import balanced_layers, role_of
+import sim.calibration as calibration_module
+from sim import share_choice
 from sim.calibration import Calibration, calibrate, calibrate_runs, fit_idle_share
 from sim.transfers import transfer_rows, transfer_time
 from sim.__main__ import main
@@ -351,6 +353,77 @@ def test_idle_ranks_share_of_a_core_is_recovered(tmp_path, monkeypatch, idle):
     truth = write_run(tmp_path / "zb-h1", "zb-h1", 6)
     held_out = read_measured(tmp_path / "zb-h1")
     assert simulate(held_out.program, both.for_run(held_out)).step_time == pytest.approx(truth, rel=1e-6)
+
+
+@pytest.mark.parametrize("idle", [0.35, 0.6])
+def test_idle_share_chosen_by_the_runs_step_times(tmp_path, monkeypatch, idle):
+    """The share chosen by replay (sim.share_choice) does not rest on the cells' criterion:
+    with that criterion made to answer 0 (as noisy actions can make it), the calibration of a
+    1F1B and an interleaved run at 0 cannot replay both, while the choice by step times gives
+    the machine's share back exactly (reached from the coarse grid through its refinements),
+    replays both runs and predicts GPipe and ZB-H1 runs exactly, and records every
+    candidate's error, the chosen one 0 and the others not."""
+    monkeypatch.setitem(globals(), "CORES", 1)
+    monkeypatch.setitem(globals(), "IDLE", idle)
+    monkeypatch.setitem(globals(), "DISPATCH", 0.0)
+    write_run(tmp_path / "calib", "1f1b", 8, profile=True)
+    write_run(tmp_path / "calib-interleaved", "interleaved", 8, 2, profile=True)
+    runs = [read_measured(tmp_path / "calib"), read_measured(tmp_path / "calib-interleaved")]
+    monkeypatch.setattr(share_choice, "fit_idle_share", lambda *runs: 0.0)
+    monkeypatch.setattr(calibration_module, "fit_idle_share", lambda *runs: 0.0)
+    assert share_choice.replay_error(calibrate_runs(runs), runs) > 0.002
+    c = share_choice.calibrate_choosing_share(runs)
+    assert c.idle_share == idle
+    choice = c.diagnostics["idle_share_choice"]
+    assert choice["share"] == idle and choice["cells_share"] == 0.0
+    errors = {float(s): e for s, e in choice["replay_error"].items()}
+    assert errors[idle] < 1e-6 and all(e > 1e-3 for s, e in errors.items() if s != idle)
+    assert len(errors) <= len(share_choice.COARSE) + 4
+    for run in runs:
+        assert simulate(run.program, c.for_run(run)).step_time == pytest.approx(run.step_time_median, rel=1e-6)
+    for name, m, chunks in (("gpipe", 4, None), ("zb-h1", 6, None)):
+        truth = write_run(tmp_path / f"{name}-{m}", name, m, chunks)
+        held_out = read_measured(tmp_path / f"{name}-{m}")
+        assert simulate(held_out.program, c.for_run(held_out)).step_time == pytest.approx(truth, rel=1e-6)
+
+
+def test_one_program_keeps_the_cells_choice(tmp_path, monkeypatch):
+    """One program replays itself at any share (sim.share_choice's docstring: a wrong share
+    misses this synthetic run by under 0.1%), so its step times choose nothing: the choice is
+    calibrate_runs' own, as it is where no run's ranks shared cores."""
+    monkeypatch.setitem(globals(), "CORES", 1)
+    monkeypatch.setitem(globals(), "IDLE", 0.6)
+    monkeypatch.setitem(globals(), "DISPATCH", 0.0)
+    write_run(tmp_path / "calib", "1f1b", 8, profile=True)
+    run = read_measured(tmp_path / "calib")
+    assert share_choice.replay_error(calibrate_runs([run], idle_share=0.0), [run]) < 1e-3
+    chosen = share_choice.calibrate_choosing_share([run])
+    assert chosen.to_dict() == calibrate_runs([run]).to_dict() and chosen.idle_share == 0.6
+    assert "idle_share_choice" not in chosen.diagnostics
+
+
+def test_share_choice_leaves_runs_on_cores_of_their_own_alone(calibration_run, tmp_path):
+    """Where no run's ranks shared cores the share plays no part: the choice is
+    calibrate_runs' calibration itself, with no candidates tried."""
+    write_run(tmp_path / "interleaved", "interleaved", 8, 2, profile=True)
+    runs = [read_measured(calibration_run), read_measured(tmp_path / "interleaved")]
+    chosen = share_choice.calibrate_choosing_share(runs)
+    assert chosen.to_dict() == calibrate_runs(runs).to_dict()
+    assert "idle_share_choice" not in chosen.diagnostics
+
+
+def test_calibration_at_a_given_share_equals_the_fitted_one(tmp_path, monkeypatch):
+    """calibrate_runs with idle_share given is the calibration the cells' choice makes when
+    that choice is the same share: the transfers' fit (TransferFits) made once and reused
+    changes nothing."""
+    monkeypatch.setitem(globals(), "CORES", 1)
+    monkeypatch.setitem(globals(), "IDLE", 0.6)
+    write_run(tmp_path / "calib", "1f1b", 8, profile=True)
+    run = read_measured(tmp_path / "calib")
+    fitted = calibrate_runs([run])
+    assert fitted.idle_share == 0.6
+    assert calibrate_runs([run], idle_share=0.6).to_dict() == fitted.to_dict()
+    assert calibrate_runs([run], idle_share=0.2).idle_share == 0.2
 
 
 def test_posting_cost_of_a_ranks_first_receives_is_recovered(tmp_path, monkeypatch):

@@ -1,0 +1,83 @@
+"""The idle share of ranks sharing cores, chosen by the calibration runs' own step times.
+
+Where a run's ranks share fewer cores than there are ranks (4 ranks on 2 cores), the share of
+a core a rank takes while it does not compute (sim.costs ``idle_share``) decides how much
+faster a pipeline's fill and drain, where few ranks compute, run than its steady state. The
+calibration's own criterion (`sim.calibration.fit_idle_share`: the share under which each
+cell's actions come out most alike on a core of their own) hardly tells shares apart when the
+actions' own noise is large, and on the mlp runs of sweeps 9 and 10 it chose 0.85-1, under
+which the three-run calibrations replayed their own runs 4-10% short and predicted every
+m = 4p run short. A share is a claim about step times, so it is chosen here by them: of the
+candidates, the one whose calibration (every other parameter fitted under it) replays the
+calibration runs' median step times best (least mean squared log error). This needs only the
+calibration runs, and a replay per candidate; the transfers' fit, the slow part of a
+calibration, does not depend on the share and is made once (`TransferFits`).
+
+It needs two programs or more. The calibration takes each action's time on a core of its
+own by inverting the sharing law at the candidate share and the replay applies the same law,
+so one program replays itself at any share (a synthetic 1F1B run made at share 0.35 or 0.6
+replays within 0.03% when calibrated at 0). Programs whose ranks overlap differently (1F1B,
+ZB-H1, interleaved) cannot all be replayed by one set of costs under a wrong share (the same
+synthetic runs with an interleaved one: 0.2-2.3% off at the wrong shares, 0 at the right
+one). A single program keeps the cells' choice.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Sequence
+
+import numpy as np
+
+from .calibration import (IDLE_SHARES, Calibration, TransferFits, calibrate_at_share, calibrate_runs,
+                          fit_idle_share, shared_cores)
+from .costs import CostError
+from .engine import simulate
+from .measured import MeasuredRun
+
+COARSE = (0.0, 0.25, 0.5, 0.75, 1.0)  # first pass; then the best's neighbours at 0.1 and 0.05
+
+
+def replay_error(calibration: Calibration, runs: Sequence[MeasuredRun]) -> float:
+    """Root mean square over `runs` of log(simulated / measured median step time)."""
+    logs = [math.log(simulate(run.program, calibration.for_run(run)).step_time / run.step_time_median)
+            for run in runs]
+    return float(np.sqrt(np.mean(np.square(logs))))
+
+
+def calibrate_choosing_share(runs: Sequence[MeasuredRun]) -> Calibration:
+    """`sim.calibration.calibrate_runs`, with the idle share chosen by the runs' step times
+    (module docstring) where runs of two programs or more had their ranks share cores;
+    elsewhere the step times cannot tell shares apart and this is `calibrate_runs` itself. The
+    choice and each candidate's replay error go to the diagnostics (``idle_share_choice``)."""
+    if not runs:
+        raise CostError("calibrate needs at least one run")
+    programs = {(run.program.schedule.name, run.program.schedule.microbatches, run.program.schedule.chunks)
+                for run in runs if shared_cores(run) is not None}
+    if len(programs) < 2:
+        return calibrate_runs(runs)
+    fits = [TransferFits.of(run) for run in runs]
+    tried: dict[float, tuple[float, Calibration]] = {}
+
+    def attempt(share: float) -> None:
+        share = min(IDLE_SHARES, key=lambda s: abs(s - share))  # the grid's own value
+        if share not in tried:
+            calibration = calibrate_at_share(runs, fits, share)
+            tried[share] = (replay_error(calibration, runs), calibration)
+
+    def best() -> float:
+        return min(tried, key=lambda s: (tried[s][0], s))
+
+    for share in COARSE:
+        attempt(share)
+    for step in (0.1, 0.05):
+        centre = best()
+        for share in (centre - step, centre + step):
+            if 0.0 <= share <= 1.0:
+                attempt(share)
+    chosen = best()
+    calibration = tried[chosen][1]
+    choice = {"by": "step times", "share": chosen, "cells_share": fit_idle_share(*runs),
+              "replay_error": {f"{s:.2f}": tried[s][0] for s in sorted(tried)}}
+    return replace(calibration, diagnostics={**calibration.diagnostics, "idle_share_choice": choice})
