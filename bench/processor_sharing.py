@@ -16,6 +16,14 @@ among k computing ranks of R runs at min(1, cores / (k + u (R - k))), and the to
 estimates come out c / (c + u (R - c)) of the bottom's (shown for runs of R = 2c ranks, e.g.
 4 on 2 cores, whose top bin is every rank computing). u near 0: processor sharing holds; near 1:
 every rank competes for the cores all the time.
+
+A run with cpu.csv (each compute action's thread CPU time, runtime/record.py) is checked
+directly as well, with no law assumed: per number of compute rows running over an action's
+span (its mean, rounded; rank clocks aligned at the step's barrier), the measured speed (the
+actions' CPU time over their wall time) beside processor sharing's min(1, cores / k); then the
+whole run's CPU (summary.json's process_cpu_seconds: every thread of every rank) over the cores'
+time, and per rank the share of a core its process took while not in a compute row (the
+transport's threads and the executor's own work: what the idle share models).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from sim.calibration import COMPUTE_NAMES, full_speed, host_ranks, shared_cores  # noqa: E402
+from schedules import ScheduleError  # noqa: E402
 from sim.measured import read_measured  # noqa: E402
 
 BINS = [0.0, 1.1, 1.45, 1.75, np.inf]  # mean concurrency over an action's span, in cores
@@ -59,6 +68,43 @@ def idle_demand(cells: pd.DataFrame, cores: int, ranks: int) -> float | None:
     return (1 / ratio - 1) * cores / (ranks - cores)
 
 
+def measured_speed(run, cores: int) -> pd.DataFrame:
+    """Per concurrency k (compute rows running over an action's span, its mean rounded, itself
+    included): actions, their CPU time over their wall time, and processor sharing's speed."""
+    timeline = run.timeline.assign(position=run.timeline.groupby(["step", "rank"]).cumcount())
+    rows = timeline[timeline["kind"].isin(COMPUTE_NAMES)].reset_index(drop=True)
+    rows = rows.merge(run.cpu, on=["step", "rank", "action"], how="inner", validate="one_to_one")
+    wall = (rows["end"] - rows["start"]).to_numpy()
+    running = np.zeros(len(rows))
+    for _, here in rows.groupby("step").groups.items():
+        a, b = rows.loc[here, "start"].to_numpy(), rows.loc[here, "end"].to_numpy()
+        overlap = np.clip(np.minimum(b[:, None], b[None, :]) - np.maximum(a[:, None], a[None, :]), 0.0, None)
+        running[here] = overlap.sum(axis=1) / np.maximum(b - a, 1e-12)
+    frame = rows.assign(wall=wall, k=np.maximum(np.rint(running), 1).astype(int))[wall > 0]
+    table = frame.groupby("k").agg(actions=("wall", "size"), cpu=("thread_cpu", "sum"), wall=("wall", "sum"))
+    table["speed"] = table["cpu"] / table["wall"]
+    table["processor_sharing"] = [min(1.0, cores / k) for k in table.index]
+    return table[["actions", "speed", "processor_sharing"]]
+
+
+def off_compute_share(run) -> tuple[float, list[float]]:
+    """(every rank's process CPU over the cores' time, median over steps; per rank, its
+    process's CPU outside compute rows over its wall time outside them, median over steps)."""
+    process = np.array(run.summary["process_cpu_seconds"])  # rank x step
+    steps = np.array(run.step_times)
+    cores = shared_cores(run)
+    compute = run.timeline[run.timeline["kind"].isin(COMPUTE_NAMES)]
+    cells = pd.MultiIndex.from_product([range(process.shape[0]), range(process.shape[1])])  # a rank idle all step: 0
+
+    def per_rank_and_step(values: pd.Series) -> np.ndarray:
+        return values.reindex(cells, fill_value=0.0).to_numpy().reshape(process.shape)
+
+    busy = per_rank_and_step((compute["end"] - compute["start"]).groupby([compute["rank"], compute["step"]]).sum())
+    cpu = per_rank_and_step(run.cpu.groupby(["rank", "step"])["thread_cpu"].sum())
+    shares = np.median((process - cpu) / np.maximum(steps[None, :] - busy, 1e-12), axis=1)
+    return float(np.median(process.sum(axis=0) / (cores * steps))), [float(x) for x in shares]
+
+
 def read_shared(path: str) -> tuple[pd.DataFrame, int, int]:
     """A measured run's timeline, cores and ranks on its host; ValueError unless they shared cores."""
     run = read_measured(path)
@@ -72,11 +118,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("runs", nargs="+")
     args = parser.parse_args()
-    tables = []
+    tables, measured = [], []
     for path in args.runs:
         try:
             timeline, cores, ranks = read_shared(path)
-        except (OSError, ValueError) as exc:
+            run = read_measured(path)
+            if run.cpu is not None and "process_cpu_seconds" in run.summary:
+                measured.append((path, measured_speed(run, cores), *off_compute_share(run)))
+        except (OSError, ValueError, ScheduleError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         tables.append((path, concurrency_table(timeline, cores), cores, ranks))
@@ -88,6 +137,17 @@ def main() -> int:
             shown = [f"{cells.loc[b, 'median']:.2f} ({cells.loc[b, 'count']})" if b in cells.index else "" for b in LABELS]
             u = idle_demand(cells, cores, ranks)
             print(f"| {Path(path).name} | {kind} | " + " | ".join(shown) + f" | {'' if u is None else f'{u:.2f}'} |")
+    if measured:
+        top = max(int(t.index.max()) for _, t, _, _ in measured)
+        print()
+        print("| run | " + " | ".join(f"k={k}: speed (processor sharing; actions)" for k in range(1, top + 1))
+              + " | all CPU / cores' time | off-compute share of a core per rank |")
+        print("|---|" + "---:|" * (top + 2))
+        for path, table, used, shares in measured:
+            cells = [f"{table.loc[k, 'speed']:.2f} ({table.loc[k, 'processor_sharing']:.2f}; {table.loc[k, 'actions']})"
+                     if k in table.index else "" for k in range(1, top + 1)]
+            print(f"| {Path(path).name} | " + " | ".join(cells) + f" | {used:.2f} | "
+                  + ", ".join(f"{x:.2f}" for x in shares) + " |")
     return 0
 
 

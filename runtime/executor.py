@@ -339,6 +339,7 @@ class _StepLog:
     mem_before: list = field(default_factory=list)
     mem_after: list = field(default_factory=list)
     cuda_after: list | None = None  # torch.cuda.memory_allocated after each compute action
+    cpu: list = field(default_factory=list)  # thread CPU ns of each compute action (0 for the others)
 
 
 class _RankState:
@@ -404,6 +405,7 @@ class _RankState:
         self.shapes: dict[int, tuple[torch.Size, torch.dtype]] = {}  # boundary s->s+1: shape of mb 0
         self.logs: list[_StepLog] = []
         self.step_times: list[float] = []
+        self.process_cpu: list[float] = []  # the process's CPU seconds (every thread) over each measured step's stream
         self.warmup_steps = 0
         self.peaks: list[int] = []
         self.cuda_peaks: list[int] = []
@@ -541,7 +543,9 @@ class _RankState:
         if cuda:
             torch.cuda.synchronize(self.device)
         wall0 = time.perf_counter_ns()
+        cpu0 = time.process_time_ns()
         log = self._run_stream()
+        cpu = time.process_time_ns() - cpu0
         if cuda:
             torch.cuda.synchronize(self.device)
         self._barrier(f"after {label}")
@@ -555,6 +559,7 @@ class _RankState:
         log.ends = [seconds(t) for t in log.ends]
         self.logs.append(log)
         self.step_times.append(wall)
+        self.process_cpu.append(cpu / 1e9)
         self.peaks.append(self.meter.peak)
         self.cuda_peaks.append(torch.cuda.max_memory_allocated(self.device) if cuda else 0)
         last = self.stages.get(self.schedule.num_stages - 1)
@@ -572,6 +577,10 @@ class _RankState:
         transport = self.transport
         device = self.device
         cuda_after = [0] * n if device.type == "cuda" else None
+        # An action's own CPU time: where ranks share cores, what it cost on a core, however
+        # long the operating system kept it waiting for one (README, "Ranks sharing cores").
+        cpu = [0] * n
+        thread_cpu = time.thread_time_ns
         stamp = self.clock.stamp
         inputs = self.inputs
         reducer = self.reducer
@@ -611,6 +620,7 @@ class _RankState:
                     x = recv.buffer
             before[i] = meter.bytes
             starts[i] = stamp()
+            cpu_start = thread_cpu()
             kind, stage, mb = op.kind, op.stage, op.microbatch
             try:
                 if kind is Kind.F:
@@ -630,6 +640,7 @@ class _RankState:
             if op.produces is not None:
                 mailbox[op.produces] = out
             ends[i] = stamp()
+            cpu[i] = thread_cpu() - cpu_start
             after[i] = meter.bytes
             if cuda_after is not None:
                 cuda_after[i] = torch.cuda.memory_allocated(device)
@@ -640,17 +651,18 @@ class _RankState:
         if mailbox or pending:
             left = sorted(str(k) for k in (*mailbox, *pending))
             raise RuntimeError(f"rank {self.global_rank}: step ended with undelivered transfers {left}")
-        return _StepLog(starts, ends, before, after, cuda_after)
+        return _StepLog(starts, ends, before, after, cuda_after, cpu)
 
     # --------------------------------------------------------------- results
 
     def payload(self, ref: reference.Reference | None) -> dict[str, Any]:
         """What this rank sends to rank 0: its rows, times, memory and check errors."""
-        timeline, memory, cuda_memory = [], [], []
+        timeline, memory, cuda_memory, cpu = [], [], [], []
         compute = [i for i, a in enumerate(self.stream) if a.kind.is_compute]
         for step, log in enumerate(self.logs):
             for i, static in enumerate(self.static_rows):
                 timeline.append((step, *static, log.starts[i], log.ends[i]))
+            cpu += [(step, self.rank, str(self.stream[i]), log.cpu[i] / 1e9) for i in compute]
             memory.append((step, self.rank, 0.0, log.mem_before[compute[0]] if compute else 0))
             for i in compute:
                 memory.append((step, self.rank, log.ends[i], log.mem_after[i]))
@@ -692,6 +704,8 @@ class _RankState:
             "timeline": timeline,
             "memory": memory,
             "cuda_memory": cuda_memory,
+            "cpu": cpu,
+            "process_cpu": self.process_cpu,
             "step_times": self.step_times,
             "warmup_steps": self.warmup_steps,
             "peak_bytes": max(self.peaks),

@@ -7,6 +7,14 @@ blocking), never before its own start. Memory rows give, per rank, the bytes sav
 backward at the step start and after every compute action; on GPU, cuda_memory.csv
 (same schema) gives torch.cuda.memory_allocated after every compute action.
 
+cpu.csv (measured runs only; schedules.timeline's CPU table) gives each compute action's own CPU time: step,
+rank, action (its text, as in the timeline) and thread_cpu, the seconds of CPU its rank's
+thread used from the row's start to its end (time.thread_time). Where ranks share cores it
+tells an action's cost on a core from the time it waited for one, which the row's wall time
+holds as well; on GPU it is the host's launching. summary.json's ``process_cpu_seconds``
+gives, per rank and measured step, the CPU seconds of the rank's whole process (every
+thread: the transport's too) over the step's stream.
+
 With data or tensor parallelism (`runtime.layout`), the tables and per-stage costs are
 those of the pipeline at dp = tp = 0, whose rank column is the pipeline rank (the
 schedule's), as in the simulator; --check reads every rank, and summary.json records the
@@ -29,11 +37,12 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+import pandas as pd
 import torch
 
 import schedules
 from schedules.ir import COMPUTE_NAMES, RECV_NAMES, SEND_NAMES
-from schedules.timeline import memory_frame, step_metrics, timeline_frame
+from schedules.timeline import CPU_COLUMNS, memory_frame, step_metrics, timeline_frame
 
 from . import host
 from .clock import __doc__ as CLOCK_DOC
@@ -52,6 +61,7 @@ class RunResult:
     timeline: Any = None  # pandas DataFrame, schema of schedules.timeline
     memory: Any = None  # saved-for-backward bytes (memory schema of schedules.timeline)
     cuda_memory: Any = None  # on GPU: torch.cuda.memory_allocated, same schema
+    cpu: Any = None  # pandas DataFrame of CPU_COLUMNS: each compute action's thread CPU seconds
 
 
 def gather(plan, payloads: list[dict[str, Any]], backend: str, device: torch.device) -> RunResult:
@@ -69,6 +79,7 @@ def gather(plan, payloads: list[dict[str, Any]], backend: str, device: torch.dev
     memory = memory_frame((*row, "measured") for p in payloads for row in p["memory"])
     cuda_rows = [(*row, "measured") for p in payloads for row in p["cuda_memory"]]
     cuda_memory = memory_frame(cuda_rows) if cuda_rows else None
+    cpu = pd.DataFrame([row for p in payloads for row in p["cpu"]], columns=list(CPU_COLUMNS))
     metrics = step_metrics(timeline, schedule.ranks)
     step_times = payloads[0]["step_times"]
     stages = []
@@ -112,6 +123,7 @@ def gather(plan, payloads: list[dict[str, Any]], backend: str, device: torch.dev
         "bubble_ratio": median(metrics["bubble_ratio"]),
         "bubble_ratio_rank_span": median(metrics["bubble_ratio_rank_span"]),
         "peak_activation_bytes": [p["peak_bytes"] for p in payloads],
+        "process_cpu_seconds": [p["process_cpu"] for p in payloads],
         "peak_cuda_allocated_bytes": [p["peak_cuda_bytes"] for p in payloads] if device.type == "cuda" else None,
         "batch_bytes": payloads[0]["batch_bytes"],  # inputs and targets, held on every rank
         "parameter_bytes": parameter_bytes(plan.model),
@@ -135,7 +147,8 @@ def gather(plan, payloads: list[dict[str, Any]], backend: str, device: torch.dev
     if plan.options.check:
         summary["check"] = check = _verdict(everyone, plan.options.tolerance)
         passed = check["passed"]
-    return RunResult(rank=0, passed=passed, summary=summary, timeline=timeline, memory=memory, cuda_memory=cuda_memory)
+    return RunResult(rank=0, passed=passed, summary=summary, timeline=timeline, memory=memory, cuda_memory=cuda_memory,
+                     cpu=cpu)
 
 
 def parameter_bytes(model) -> dict[str, Any]:
@@ -203,7 +216,7 @@ def clear_summary(out: str | Path) -> None:
 
 
 def write_outputs(result, program, out: str | Path) -> None:
-    """timeline.csv, memory.csv (and cuda_memory.csv on GPU), program.json, then
+    """timeline.csv, memory.csv, cpu.csv (and cuda_memory.csv on GPU), program.json, then
     summary.json (last, atomically)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -211,6 +224,8 @@ def write_outputs(result, program, out: str | Path) -> None:
     result.memory.to_csv(out / "memory.csv", index=False)
     if result.cuda_memory is not None:
         result.cuda_memory.to_csv(out / "cuda_memory.csv", index=False)
+    if result.cpu is not None:
+        result.cpu.to_csv(out / "cpu.csv", index=False)
     schedules.save_json(program, out / "program.json")
     handle, tmp = tempfile.mkstemp(dir=out, prefix=".summary.", suffix=".json")
     with os.fdopen(handle, "w") as f:

@@ -27,6 +27,12 @@ A memory table has one row per change of activation memory on a rank:
 step (int64), rank (int64), time (float64 seconds), bytes (int64, activation bytes
 held after the change), source (str).
 
+A measured run also has a CPU table (cpu.csv), one row per compute action of each step:
+step (int64), rank (int64), action (str, its text as in the timeline) and thread_cpu
+(float64 seconds of CPU its rank's thread used over the row). A row's wall time less its
+CPU time is what it waited for a core where ranks share cores; the simulator has no such
+table.
+
 This module names the columns, converts rows and CSV files into typed frames and
 defines the metrics of a step that both the simulator and the executor report
 (makespan, bubble ratios); pandas is imported lazily so that `schedules` itself stays
@@ -49,6 +55,7 @@ MEMORY_COLUMNS: tuple[str, ...] = ("step", "rank", "time", "bytes", "source")
 MEMORY_DTYPES: dict[str, str] = {
     "step": "int64", "rank": "int64", "time": "float64", "bytes": "int64", "source": "str",
 }
+CPU_COLUMNS: tuple[str, ...] = ("step", "rank", "action", "thread_cpu")
 SOURCES = ("sim", "measured")
 
 

@@ -4,8 +4,9 @@ What ``python -m runtime`` writes (runtime/record.py): ``timeline.csv`` and
 ``memory.csv`` (schema of schedules.timeline, one block of rows per measured step),
 ``program.json`` (the lowered program that ran), ``summary.json`` (sizes, model flags,
 ``step_times`` barrier to barrier, ``stage_costs`` with each stage's layer range,
-``peak_activation_bytes`` per rank, ``post_ahead``, ...) and, with ``--profile-layers``
-or ``--profile-p2p``, ``profile.json`` (runtime/profile.py).
+``peak_activation_bytes`` per rank, ``post_ahead``, ``process_cpu_seconds``, ...),
+``cpu.csv`` (each compute action's thread CPU time; runs from before it lack it) and, with
+``--profile-layers`` or ``--profile-p2p``, ``profile.json`` (runtime/profile.py).
 
 `read_run` reads the tables and the summary, which is all a plot needs; the program is
 read from program.json when first asked for. `MeasuredRun.checked` (and `read_measured`,
@@ -31,10 +32,11 @@ from schedules.io import read_json
 from schedules.ir import COMPUTE_NAMES
 from schedules.posting import PostAhead
 from schedules.stages import ROLES
-from schedules.timeline import check_timeline, read_table, step_metrics
+from schedules.timeline import CPU_COLUMNS, check_timeline, read_table, step_metrics
 
 REQUIRED = ("timeline.csv", "memory.csv", "summary.json")
 PROFILE = "profile.json"
+CPU = "cpu.csv"
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,6 +73,25 @@ class MeasuredRun:
         _check_timeline(self.timeline, program, len(self.summary["step_times"]), self.path / "timeline.csv")
         self.profile  # noqa: B018  (reading it checks it)
         return self
+
+    @cached_property
+    def cpu(self) -> pd.DataFrame | None:
+        """cpu.csv (schedules.timeline's CPU table: each compute action's thread CPU seconds),
+        None for a run from before it; read once."""
+        path = self.path / CPU
+        if not path.is_file():
+            return None
+        try:
+            frame = pd.read_csv(path)
+        except (ValueError, OSError) as exc:
+            raise ScheduleError(f"{path} cannot be read: {exc}") from None
+        missing = [c for c in CPU_COLUMNS if c not in frame.columns]
+        if missing:
+            raise ScheduleError(f"{path} lacks the columns {', '.join(missing)}")
+        seconds = pd.to_numeric(frame["thread_cpu"], errors="coerce")
+        if not (np.isfinite(seconds) & (seconds >= 0)).all():
+            raise ScheduleError(f"{path}: thread_cpu must be non-negative seconds")
+        return frame.assign(thread_cpu=seconds)
 
     @property
     def steps(self) -> list[int]:

@@ -5,6 +5,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from types import SimpleNamespace
+
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -47,6 +50,33 @@ def test_idle_ranks_that_take_the_cores_give_u_one() -> None:
     assert cells.loc["<=c", "median"] == pytest.approx(4 / 3) and cells.loc["~2c", "median"] == pytest.approx(2 / 3)
     assert bench.idle_demand(cells, 2, 4) == pytest.approx(1.0)
     assert bench.idle_demand(cells, 2, 3) is None  # the top bin is not every rank computing
+
+
+def test_measured_speed_and_off_compute_share_in_closed_form() -> None:
+    """4 ranks on 2 cores. Step 0 (4 s): ranks 0 and 1 compute over [0, 2] with 1.5 s of CPU
+    each, ranks 2 and 3 over [1, 3] with 1 s each, so every row runs beside 3 rows on average
+    (2 fully, 2 for half its span): k = 3, speed 5 / 8, processor sharing's 2 / 3. Step 1
+    (2 s): rank 0 alone over [0, 1] with 0.9 s: k = 1, speed 0.9. Each process uses 0.5 s of
+    CPU per step beyond its actions' (rank 0: 2.0 s and 1.4 s), over its wall time off compute
+    (rank 0: 2 s and 1 s; ranks 1-3: 2 s in step 0 and 2 s in step 1)."""
+    bench = load_bench()
+    rows = [(0, 0, 0.0, 2.0, 1.5), (0, 1, 0.0, 2.0, 1.5), (0, 2, 1.0, 3.0, 1.0), (0, 3, 1.0, 3.0, 1.0),
+            (1, 0, 0.0, 1.0, 0.9)]
+    timeline = pd.DataFrame({"step": [r[0] for r in rows], "rank": [r[1] for r in rows], "stage": [r[1] for r in rows],
+                             "kind": "F", "action": [f"{r[1]}F0" for r in rows],
+                             "start": [r[2] for r in rows], "end": [r[3] for r in rows]})
+    cpu = pd.DataFrame({"step": [r[0] for r in rows], "rank": [r[1] for r in rows],
+                        "action": [f"{r[1]}F0" for r in rows], "thread_cpu": [r[4] for r in rows]})
+    process = [[2.0, 1.4], [2.0, 0.5], [1.5, 0.5], [1.5, 0.5]]
+    summary = {"device": "cpu", "cpu_cores": 2, "local_world_size": 4, "ranks": 4, "process_cpu_seconds": process}
+    run = SimpleNamespace(timeline=timeline, cpu=cpu, summary=summary, step_times=[4.0, 2.0])
+    table = bench.measured_speed(run, 2)
+    assert list(table.index) == [1, 3] and list(table["actions"]) == [1, 4]
+    assert table.loc[3, "speed"] == pytest.approx(5 / 8) and table.loc[3, "processor_sharing"] == pytest.approx(2 / 3)
+    assert table.loc[1, "speed"] == pytest.approx(0.9) and table.loc[1, "processor_sharing"] == 1.0
+    used, shares = bench.off_compute_share(run)
+    assert used == pytest.approx(float(np.median([7.0 / 8.0, 2.9 / 4.0])))
+    assert shares == pytest.approx([float(np.median([0.5 / 2.0, 0.5 / 1.0])), 0.25, 0.25, 0.25])
 
 
 def test_a_missing_run_is_one_clear_line(tmp_path) -> None:

@@ -24,7 +24,8 @@ import schedules
 from runtime import ModelSpec, RunOptions, build_model, execute, write_outputs
 from runtime.record import _verdict, clear_summary, format_summary
 from runtime.reference import TOLERANCE, relative_error
-from schedules.timeline import COMPUTE_NAMES, read_table
+from schedules.timeline import COMPUTE_NAMES, CPU_COLUMNS, read_table
+from sim.measured import read_measured
 
 SPEC = ModelSpec(model="mlp", layers=2, hidden=8, batch_size=4)
 
@@ -85,7 +86,8 @@ def test_summary_agrees_with_its_tables_and_a_full_batch_run(run):
         "backend", "batch_bytes", "batch_size", "bubble_ratio", "bubble_ratio_rank_span", "check", "chunks",
         "clock_alignment", "cpu_cores", "device", "layout", "loss", "makespan_median", "microbatch_sizes", "microbatches",
         "local_world_size", "model", "parameter_bytes", "peak_activation_bytes", "peak_cuda_allocated_bytes", "placement",
-        "post_ahead", "python", "ranks", "schedule", "stage_costs", "stages", "step_time_median", "step_times",
+        "post_ahead", "process_cpu_seconds", "python", "ranks", "schedule", "stage_costs", "stages", "step_time_median",
+        "step_times",
         "steps", "timeout_seconds", "torch_threads", "torch_version", "transport", "warmup"])
     assert summary["layout"] == {"pp": 1, "dp": 1, "tp": 1, "mesh_dims": ["pp", "dp", "tp"], "world_size": 1}
     layer_bytes = 4 * (hidden * hidden + hidden)  # one Linear(hidden, hidden) in fp32
@@ -104,15 +106,38 @@ def test_summary_agrees_with_its_tables_and_a_full_batch_run(run):
     assert check["tolerance"] == TOLERANCE == 1e-4 and check["max_relative_error"] < 1e-5
 
 
+def test_each_compute_action_records_its_own_cpu_time(run):
+    """cpu.csv's rows are the timeline's compute rows, one each, and a thread cannot use more
+    CPU than the wall time its row spans (both clocks read around the action, the CPU clock
+    inside: 50 us of slack for their order and the CPU clock's tick) nor none at all; the
+    process's CPU over a step's stream holds its actions' and is no more than its threads
+    could use in the step's wall time on every core."""
+    _, _, result = run
+    timeline = result.timeline
+    compute = timeline[timeline["kind"].isin(COMPUTE_NAMES)]
+    cpu = result.cpu
+    assert list(cpu.columns) == list(CPU_COLUMNS)
+    rows = compute.merge(cpu, on=["step", "rank", "action"], how="outer", validate="one_to_one", indicator=True)
+    assert (rows["_merge"] == "both").all() and len(rows) == len(compute)
+    wall = rows["end"] - rows["start"]
+    assert (rows["thread_cpu"] > 0).all() and (rows["thread_cpu"] <= wall + 50e-6).all()
+    process = result.summary["process_cpu_seconds"]
+    assert len(process) == 1 and len(process[0]) == 2
+    for step, seconds in enumerate(process[0]):
+        assert seconds >= cpu.loc[cpu["step"] == step, "thread_cpu"].sum() - 50e-6
+        assert seconds <= result.summary["step_times"][step] * os.cpu_count() + 0.01
+
+
 def test_outputs_are_written_readable_and_summary_last(run, tmp_path):
     program, _, result = run
     out = tmp_path / "runs" / "run"  # parents are made
     write_outputs(result, program, out)
     write_outputs(result, program, out)  # and an existing directory is reused
-    assert sorted(p.name for p in out.iterdir()) == ["memory.csv", "program.json", "summary.json", "timeline.csv"]
+    assert sorted(p.name for p in out.iterdir()) == ["cpu.csv", "memory.csv", "program.json", "summary.json", "timeline.csv"]
     assert json.loads((out / "summary.json").read_text()) == json.loads(json.dumps(result.summary))
     assert stat.S_IMODE((out / "summary.json").stat().st_mode) == 0o644
     assert len(read_table(out / "timeline.csv", "timeline")) == len(result.timeline)
+    assert read_measured(out).cpu.equals(result.cpu)
     assert schedules.load_program_json(out / "program.json") == program
     clear_summary(out)
     assert not (out / "summary.json").exists() and (out / "timeline.csv").exists()
