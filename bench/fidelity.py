@@ -72,7 +72,6 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from sim import simulate  # noqa: E402
-from sim.calibration import calibrate  # noqa: E402
 from sim.share_choice import calibrate_choosing_share  # noqa: E402
 from sim.comparison import compare_run  # noqa: E402
 from sim.quality import assess  # noqa: E402
@@ -289,7 +288,7 @@ def main() -> int:
                     run_case(case, model, rows, p, args.warmup, args.reuse, lock)
             trio = [read_measured(c.out) for c in calibrating]
             own_runs.append(trio)
-            rounds.append({"1f1b": assess(calibrate(trio[0]), trio[:1]),
+            rounds.append({"1f1b": assess(calibrate_choosing_share(trio[:1]), trio[:1]),
                            "1f1b+zb-h1": assess(calibrate_choosing_share(trio[:2]), trio[:2]),
                            "three": assess(calibrate_choosing_share(trio), trio)})
             for (schedule, m), c in zip(cases, held_out):

@@ -100,10 +100,11 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   (`compute_frame`). Processor sharing among compute alone (0) holds for long actions and not
   for short ones (bench/processor_sharing.py; sweep 9's calibration runs: 0.15-0.4 at gpt 8 rows
   p=4, 0.4-0.6 at mlp 256 rows, 0.8-0.9 at mlp 8 rows). Several runs: one share fitted over all
-  their cells at once, each run's compute taken under it. Runs of two programs or more are
-  better served by their step times (`sim.share_choice`, which ``sim calibrate`` uses: the
-  share whose calibration, fitted here at that share by `calibrate_at_share`, replays them
-  best), as the cells' criterion hardly tells shares apart where actions are noisy.
+  their cells at once, each run's compute taken under it. ``sim calibrate`` chooses it by the
+  runs' step times instead (`sim.share_choice`: the share whose calibration, fitted here at
+  that share by `calibrate_at_share`, replays them best), as the cells' criterion hardly tells
+  shares apart where actions are noisy (sweep 11's p=4 calibration runs: 0.65-1 by the cells,
+  0-0.25 by the step times, which predicted held-out runs better in every group).
 - **post_overhead**: rank time per receive posted before a rank's first action (sim.costs;
   with whole-step posting, every receive of its step): least squares of each rank's first
   row start in each step (its clock starts at the step's barrier) on the receives it posted
