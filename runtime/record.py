@@ -7,9 +7,9 @@ blocking), never before its own start. Memory rows give, per rank, the bytes sav
 backward at the step start and after every compute action; on GPU, cuda_memory.csv
 (same schema) gives torch.cuda.memory_allocated after every compute action.
 
-cpu.csv (measured runs only; schedules.timeline's CPU table) gives each compute action's own CPU time: step,
-rank, action (its text, as in the timeline) and thread_cpu, the seconds of CPU its rank's
-thread used from the row's start to its end (time.thread_time). Where ranks share cores it
+cpu.csv (schedules.timeline's CPU table, measured runs only) gives each compute action's own
+CPU time: step, rank, action (its text, as in the timeline) and thread_cpu, the seconds of CPU
+its rank's thread used from the row's start to its end (time.thread_time). Where ranks share cores it
 tells an action's cost on a core from the time it waited for one, which the row's wall time
 holds as well; on GPU it is the host's launching. summary.json's ``process_cpu_seconds``
 gives, per rank and measured step, the CPU seconds of the rank's whole process (every

@@ -504,8 +504,6 @@ def calibrate_runs(runs: Sequence[MeasuredRun], idle_share: float | None = None)
     docstring); sim.quality.assess adds the quality of its replay of each. `idle_share` fixes
     the share of a core a rank not computing takes where ranks share cores (default: the cells'
     choice, `fit_idle_share`; sim.share_choice picks it by the runs' own step times)."""
-    if not runs:
-        raise CostError("calibrate needs at least one run")
     fits = [TransferFits.of(run) for run in runs]
     idle = fit_idle_share(*runs) if idle_share is None else idle_share
     return calibrate_at_share(runs, fits, idle)

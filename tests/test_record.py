@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 import schedules
+from schedules import ScheduleError
 from runtime import ModelSpec, RunOptions, build_model, execute, write_outputs
 from runtime.record import _verdict, clear_summary, format_summary
 from runtime.reference import TOLERANCE, relative_error
@@ -142,6 +143,23 @@ def test_outputs_are_written_readable_and_summary_last(run, tmp_path):
     clear_summary(out)
     assert not (out / "summary.json").exists() and (out / "timeline.csv").exists()
     clear_summary(out)  # nothing to remove: no error
+
+
+@pytest.mark.parametrize("text, message", [
+    ("step,rank,action\n0,0,0F0\n", "lacks the columns thread_cpu"),
+    ("step,rank,action,thread_cpu\n0,0,0F0,-1e-3\n", "thread_cpu must be non-negative seconds"),
+    ("step,rank,action,thread_cpu\n0,0,0F0,soon\n", "thread_cpu must be non-negative seconds"),
+    ("", "cannot be read"),
+])
+def test_a_malformed_cpu_table_is_one_clear_error(run, tmp_path, text, message):
+    program, _, result = run
+    write_outputs(result, program, tmp_path)
+    (tmp_path / "cpu.csv").write_text(text)
+    with pytest.raises(ScheduleError, match=message) as error:
+        read_measured(tmp_path).cpu
+    assert "\n" not in str(error.value)
+    (tmp_path / "cpu.csv").unlink()
+    assert read_measured(tmp_path).cpu is None  # a run from before the table
 
 
 def test_printed_summary(run):
