@@ -18,17 +18,24 @@ estimates come out c / (c + u (R - c)) of the bottom's (shown for runs of R = 2c
 every rank competes for the cores all the time.
 
 A run with cpu.csv (each compute action's thread CPU time, runtime/record.py) is checked
-directly as well, with no law assumed: per number of compute rows running over an action's
-span (its mean, rounded; rank clocks aligned at the step's barrier), the measured speed (the
-actions' CPU time over their wall time) beside processor sharing's min(1, cores / k); then the
-whole run's CPU (summary.json's process_cpu_seconds: every thread of every rank) over the cores'
-time, and per rank the share of a core its process took while not in a compute row (the
-transport's threads and the executor's own work: what the idle share models).
+directly as well, with no law assumed. Per rank: the speed of its compute (its actions' CPU
+time over their wall time, all steps), which needs no clock alignment; with ``--costs CAL.json``
+beside it the model's (the calibration's own-core work for the run's program over the compute
+wall time of its replay without spreads, at the calibration's idle share). Per number of compute
+rows running over an action's span (its mean, rounded; rank clocks aligned at the step's
+barrier, which at p=4 leaves them 1-1.4 ms apart, so the bins of short actions blur), the
+measured speed beside processor sharing's min(1, cores / k). And the whole run's CPU
+(summary.json's process_cpu_seconds: every thread of every rank) over the cores' time, and per
+rank the share of a core its process took while not in a compute row (the transport's threads
+and the executor's own work: what the idle share models).
+
+    python bench/processor_sharing.py RUN_DIR [RUN_DIR ...] [--costs CAL.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -39,6 +46,10 @@ import pandas as pd  # noqa: E402
 
 from sim.calibration import COMPUTE_NAMES, full_speed, host_ranks, shared_cores  # noqa: E402
 from schedules import ScheduleError  # noqa: E402
+from schedules.io import read_json  # noqa: E402
+from sim import simulate  # noqa: E402
+from sim.calibration import Calibration  # noqa: E402
+from sim.costs import SPREADS, CostError  # noqa: E402
 from sim.measured import read_measured  # noqa: E402
 
 BINS = [0.0, 1.1, 1.45, 1.75, np.inf]  # mean concurrency over an action's span, in cores
@@ -87,6 +98,31 @@ def measured_speed(run, cores: int) -> pd.DataFrame:
     return table[["actions", "speed", "processor_sharing"]]
 
 
+def rank_speed(timeline: pd.DataFrame, own: pd.Series) -> list[float]:
+    """Per rank of `timeline`: the own-core time of its compute rows (`own`, aligned with the
+    timeline's index: measured CPU, or a model's cost) over their wall time."""
+    compute = timeline[timeline["kind"].isin(COMPUTE_NAMES)]
+    wall = (compute["end"] - compute["start"]).groupby(compute["rank"]).sum()
+    return [float(x) for x in (own.loc[compute.index].groupby(compute["rank"]).sum() / wall).sort_index()]
+
+
+def measured_rank_speed(run) -> list[float]:
+    """Per rank, its compute actions' measured CPU time over their wall time, all steps."""
+    timeline = run.timeline
+    keyed = timeline[["step", "rank", "action"]].reset_index().merge(run.cpu, on=["step", "rank", "action"])
+    return rank_speed(timeline, keyed.set_index("index")["thread_cpu"])
+
+
+def model_rank_speed(run, calibration) -> list[float]:
+    """Per rank, the model's speed for the run's program (`measured_rank_speed`'s counterpart):
+    the calibration's own-core cost of each compute row over its wall time in a replay without
+    spreads, both with the loop's dispatch gap that the engine's rows hold."""
+    costs = dataclasses.replace(calibration.for_run(run), **{name: () for name in SPREADS})
+    shared = simulate(run.program, costs).timeline
+    alone = simulate(run.program, dataclasses.replace(costs, cores=None)).timeline
+    return rank_speed(shared, (alone["end"] - alone["start"]).set_axis(shared.index))
+
+
 def off_compute_share(run) -> tuple[float, list[float]]:
     """(every rank's process CPU over the cores' time, median over steps; per rank, its
     process's CPU outside compute rows over its wall time outside them, median over steps)."""
@@ -117,17 +153,22 @@ def read_shared(path: str) -> tuple[pd.DataFrame, int, int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("runs", nargs="+")
+    parser.add_argument("--costs", metavar="CAL.json", help="a calibration (sim calibrate) whose speed per rank to show "
+                        "beside the measured one")
     args = parser.parse_args()
     tables, measured = [], []
-    for path in args.runs:
-        try:
+    try:
+        calibration = Calibration.from_dict(read_json(Path(args.costs)), args.costs) if args.costs else None
+        for path in args.runs:
             timeline, cores, ranks = read_shared(path)
             run = read_measured(path)
             if run.cpu is not None and "process_cpu_seconds" in run.summary:
-                measured.append((path, measured_speed(run, cores), *off_compute_share(run)))
-        except (OSError, ValueError, ScheduleError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+                modelled = model_rank_speed(run, calibration) if calibration is not None else None
+                measured.append((path, measured_speed(run, cores), *off_compute_share(run), measured_rank_speed(run),
+                                 modelled))
+    except (OSError, ValueError, ScheduleError, CostError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
         tables.append((path, concurrency_table(timeline, cores), cores, ranks))
     print("| run | kind | " + " | ".join(f"k {b} (n)" for b in LABELS) + " | u |")
     print("|---|---|" + "---:|" * (len(LABELS) + 1))
@@ -143,11 +184,17 @@ def main() -> int:
         print("| run | " + " | ".join(f"k={k}: speed (processor sharing; actions)" for k in range(1, top + 1))
               + " | all CPU / cores' time | off-compute share of a core per rank |")
         print("|---|" + "---:|" * (top + 2))
-        for path, table, used, shares in measured:
+        for path, table, used, shares, _, _ in measured:
             cells = [f"{table.loc[k, 'speed']:.2f} ({table.loc[k, 'processor_sharing']:.2f}; {table.loc[k, 'actions']})"
                      if k in table.index else "" for k in range(1, top + 1)]
             print(f"| {Path(path).name} | " + " | ".join(cells) + f" | {used:.2f} | "
                   + ", ".join(f"{x:.2f}" for x in shares) + " |")
+        print()
+        print("| run | speed per rank, measured (CPU / wall) |" + (" the model's |" if calibration else ""))
+        print("|---|---|" + ("---|" if calibration else ""))
+        for path, _, _, _, speeds, modelled in measured:
+            print(f"| {Path(path).name} | " + " ".join(f"{x:.2f}" for x in speeds) + " |"
+                  + (" " + " ".join(f"{x:.2f}" for x in modelled) + " |" if modelled is not None else ""))
     return 0
 
 

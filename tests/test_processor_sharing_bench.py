@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
@@ -77,6 +78,30 @@ def test_measured_speed_and_off_compute_share_in_closed_form() -> None:
     used, shares = bench.off_compute_share(run)
     assert used == pytest.approx(float(np.median([7.0 / 8.0, 2.9 / 4.0])))
     assert shares == pytest.approx([float(np.median([0.5 / 2.0, 0.5 / 1.0])), 0.25, 0.25, 0.25])
+
+
+@pytest.mark.parametrize("cores", [2, 4])
+def test_rank_speed_measured_from_own_core_times_is_the_models(cores: int) -> None:
+    """A run that behaves exactly as the engine's processor sharing: its CPU table holds each
+    compute action's own-core cost (a replay with a core per rank), its timeline the shared
+    replay. The measured speed per rank is then the model's, below 1 where 4 ranks share 2
+    cores and 1 exactly with a core each."""
+    bench = load_bench()
+    program = schedules.lower(schedules.build("1f1b", ranks=4, microbatches=8))
+    model = CostModel(forward=1e-3, backward_full=2e-3, cores=cores)
+    shared = simulate(program, model).timeline
+    alone = simulate(program, dataclasses.replace(model, cores=None)).timeline
+    compute = shared["kind"].isin(["F", "B"])
+    cpu = shared.loc[compute, ["step", "rank", "action"]].assign(
+        thread_cpu=(alone["end"] - alone["start"])[compute].to_numpy())
+    run = SimpleNamespace(timeline=shared, cpu=cpu, program=program)
+    measured = bench.measured_rank_speed(run)
+    modelled = bench.model_rank_speed(run, SimpleNamespace(for_run=lambda _: model))
+    assert measured == pytest.approx(modelled, rel=1e-12)
+    if cores == 4:
+        assert measured == pytest.approx([1.0] * 4)
+    else:
+        assert all(0.5 <= x < 0.99 for x in measured)
 
 
 def test_a_missing_run_is_one_clear_line(tmp_path) -> None:
