@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 import schedules
-from schedules.timeline import read_table
+from schedules.timeline import COMPUTE_NAMES, read_table
+from sim.measured import read_measured
 from ranks import assert_peer_failure_named, fail_rank_one, free_port, rank_env, wait_ready
 
 VENV_BIN = Path(sys.executable).parent
@@ -45,7 +46,8 @@ def test_torchrun_check_writes_the_outputs(tmp_path):
     proc = _torchrun(args, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "check PASSED" in proc.stdout and "largest relative gradient error" in proc.stdout
-    assert sorted(p.name for p in out.iterdir()) == ["memory.csv", "program.json", "summary.json", "timeline.csv"]
+    assert sorted(p.name for p in out.iterdir()) == ["cpu.csv", "memory.csv", "program.json", "summary.json",
+                                                      "timeline.csv"]
     program = schedules.load_program_json(out / "program.json")
     assert program == schedules.lower(schedules.build("zb-h1", ranks=2, microbatches=4))
     timeline = read_table(out / "timeline.csv", "timeline")
@@ -54,6 +56,9 @@ def test_torchrun_check_writes_the_outputs(tmp_path):
     assert {"I", "W"} <= set(timeline["kind"])
     memory = read_table(out / "memory.csv", "memory")
     assert set(memory["rank"]) == {0, 1}
+    cpu = read_measured(out).cpu  # both ranks' compute actions, every recorded step, from the launched run
+    compute = timeline[timeline["kind"].isin(COMPUTE_NAMES)]
+    assert len(cpu) == len(compute) and set(cpu["rank"]) == {0, 1} and (cpu["thread_cpu"] >= 0).all()
     summary = json.loads((out / "summary.json").read_text())
     for key in ("schedule", "ranks", "microbatches", "chunks", "model", "step_time_median", "bubble_ratio",
                 "peak_activation_bytes", "backend", "device", "torch_version", "stage_costs", "batch_size",
