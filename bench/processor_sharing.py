@@ -150,6 +150,20 @@ def read_shared(path: str) -> tuple[pd.DataFrame, int, int]:
     return run.timeline, cores, host_ranks(run)
 
 
+@dataclasses.dataclass(frozen=True)
+class CpuCheck:
+    """What one run's CPU table says (module docstring): its speed by concurrency, all ranks'
+    CPU over the cores' time, each rank's off-compute share of a core, and each rank's compute
+    speed, measured and (with a calibration) the model's."""
+
+    path: str
+    by_concurrency: pd.DataFrame
+    all_cpu: float
+    off_compute: list[float]
+    rank_speed: list[float]
+    model_rank_speed: list[float] | None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("runs", nargs="+")
@@ -162,14 +176,15 @@ def main() -> int:
         for path in args.runs:
             timeline, cores, ranks = read_shared(path)
             run = read_measured(path)
+            tables.append((path, concurrency_table(timeline, cores), cores, ranks))
             if run.cpu is not None and "process_cpu_seconds" in run.summary:
                 modelled = model_rank_speed(run, calibration) if calibration is not None else None
-                measured.append((path, measured_speed(run, cores), *off_compute_share(run), measured_rank_speed(run),
-                                 modelled))
+                used, shares = off_compute_share(run)
+                measured.append(CpuCheck(path, measured_speed(run, cores), used, shares, measured_rank_speed(run),
+                                         modelled))
     except (OSError, ValueError, ScheduleError, CostError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-        tables.append((path, concurrency_table(timeline, cores), cores, ranks))
     print("| run | kind | " + " | ".join(f"k {b} (n)" for b in LABELS) + " | u |")
     print("|---|---|" + "---:|" * (len(LABELS) + 1))
     for path, table, cores, ranks in tables:
@@ -179,22 +194,24 @@ def main() -> int:
             u = idle_demand(cells, cores, ranks)
             print(f"| {Path(path).name} | {kind} | " + " | ".join(shown) + f" | {'' if u is None else f'{u:.2f}'} |")
     if measured:
-        top = max(int(t.index.max()) for _, t, _, _ in measured)
+        top = max(int(check.by_concurrency.index.max()) for check in measured)
         print()
         print("| run | " + " | ".join(f"k={k}: speed (processor sharing; actions)" for k in range(1, top + 1))
               + " | all CPU / cores' time | off-compute share of a core per rank |")
         print("|---|" + "---:|" * (top + 2))
-        for path, table, used, shares, _, _ in measured:
+        for check in measured:
+            table = check.by_concurrency
             cells = [f"{table.loc[k, 'speed']:.2f} ({table.loc[k, 'processor_sharing']:.2f}; {table.loc[k, 'actions']})"
                      if k in table.index else "" for k in range(1, top + 1)]
-            print(f"| {Path(path).name} | " + " | ".join(cells) + f" | {used:.2f} | "
-                  + ", ".join(f"{x:.2f}" for x in shares) + " |")
+            print(f"| {Path(check.path).name} | " + " | ".join(cells) + f" | {check.all_cpu:.2f} | "
+                  + ", ".join(f"{x:.2f}" for x in check.off_compute) + " |")
         print()
         print("| run | speed per rank, measured (CPU / wall) |" + (" the model's |" if calibration else ""))
         print("|---|---|" + ("---|" if calibration else ""))
-        for path, _, _, _, speeds, modelled in measured:
-            print(f"| {Path(path).name} | " + " ".join(f"{x:.2f}" for x in speeds) + " |"
-                  + (" " + " ".join(f"{x:.2f}" for x in modelled) + " |" if modelled is not None else ""))
+        for check in measured:
+            print(f"| {Path(check.path).name} | " + " ".join(f"{x:.2f}" for x in check.rank_speed) + " |"
+                  + (" " + " ".join(f"{x:.2f}" for x in check.model_rank_speed) + " |"
+                     if check.model_rank_speed is not None else ""))
     return 0
 
 

@@ -109,3 +109,36 @@ def test_a_missing_run_is_one_clear_line(tmp_path) -> None:
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("error:")
     assert "Traceback" not in done.stderr
+
+
+def test_main_prints_every_runs_tables(monkeypatch, capsys) -> None:
+    """The command's own loop: each run's concurrency bins, its speed by concurrency and its
+    speed per rank measured beside the model's, for a run that shares cores exactly as the
+    engine does (bins at 1, u = 0; measured speed per rank equal to the model's)."""
+    bench = load_bench()
+    program = schedules.lower(schedules.build("1f1b", ranks=4, microbatches=8))
+    model = CostModel(forward=1e-3, backward_full=2e-3, cores=2)
+    shared = simulate(program, model).timeline
+    alone = simulate(program, dataclasses.replace(model, cores=None)).timeline
+    compute = shared["kind"].isin(["F", "B"])
+    cpu = shared.loc[compute, ["step", "rank", "action"]].assign(
+        thread_cpu=(alone["end"] - alone["start"])[compute].to_numpy())
+    step = float(shared["end"].max())
+    summary = {"device": "cpu", "cpu_cores": 2, "local_world_size": 4, "ranks": 4,
+               "process_cpu_seconds": [[float(cpu.loc[cpu["rank"] == r, "thread_cpu"].sum())] for r in range(4)]}
+    run = SimpleNamespace(timeline=shared, cpu=cpu, program=program, summary=summary, step_times=[step])
+    monkeypatch.setattr(bench, "read_shared", lambda path: (shared, 2, 4))
+    monkeypatch.setattr(bench, "read_measured", lambda path: run)
+    monkeypatch.setattr(bench.Calibration, "from_dict", staticmethod(lambda *_: SimpleNamespace(for_run=lambda _: model)))
+    monkeypatch.setattr(bench, "read_json", lambda path: {})
+    monkeypatch.setattr(sys, "argv", ["processor_sharing.py", "runs/a", "runs/b", "--costs", "cal.json"])
+    assert bench.main() == 0
+    out = capsys.readouterr().out
+    bins = [line for line in out.splitlines() if line.startswith("| a |") or line.startswith("| b |")]
+    assert {line.split(" | ")[1] for line in bins} >= {"F", "B"}  # a row per run and kind, both runs
+    assert sum(line.startswith("| a | F |") for line in bins) == 1 and sum(line.startswith("| b | F |") for line in bins) == 1
+    assert all(line.endswith("| 0.00 |") for line in bins if " | F | " in line)
+    speeds = [line for line in out.splitlines() if line.startswith("| a | 0.") or line.startswith("| b | 0.")]
+    assert len(speeds) == 2
+    measured, modelled = speeds[0].split(" | ")[1:3]
+    assert measured.split() == modelled.split(" |")[0].split()
