@@ -37,7 +37,8 @@ import numpy as np  # noqa: E402
 from schedules.errors import ScheduleError  # noqa: E402
 from schedules.ir import COMPUTE_NAMES, SEND_NAMES  # noqa: E402
 from sim.costs import CostError  # noqa: E402
-from sim.calibration import calibrate, compute_frame  # noqa: E402
+from sim.calibration import compute_frame  # noqa: E402
+from sim.share_choice import calibrate_choosing_share  # noqa: E402
 from sim.engine import Compiled, _COMPUTE, compile_program, replay  # noqa: E402
 from sim.measured import read_measured  # noqa: E402
 
@@ -62,7 +63,7 @@ def replay_with(compiled: Compiled, resolved, durations: list[list[float]]) -> f
 
 def diagnose(path: str) -> None:
     run = read_measured(path)
-    cal = calibrate(run)
+    cal = calibrate_choosing_share([run])  # as `sim calibrate` fits it
     costs = cal.for_run(run)
     program = run.program
     resolved = costs.for_schedule(program.schedule)
@@ -115,7 +116,7 @@ def diagnose(path: str) -> None:
     # Replays take each compute row at full speed where ranks shared cores (compute_frame), as
     # the engine then shares the processors again; the measured rows hold that slowdown already.
     own = tl.copy()
-    full = compute_frame(run)
+    full = compute_frame(run, cal.idle_share)
     own.loc[full.index, "dur"] = full["duration"]
     trace, mean_rep, meas = [], [], []
     rank_index = {}

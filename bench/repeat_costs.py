@@ -8,7 +8,7 @@ of repeats already costs what the hundredth does. This prints, per run, kind and
 in-run mean duration of the actions at place 2 or later (the third action of its stage and kind
 in the step on, so that the first actions' own factors stay out) by **run length**: 1 (the
 action switches), 2 (the second in a row) and 3 or more, each beside what the calibration of the
-run itself charges for it (`sim.calibration.calibrate`: the stage's cost, plus the switch for
+run itself charges for it (`sim calibrate`'s fit: the stage's cost, plus the switch for
 run length 1). A 1F1B, ZB-H1 or interleaved run at m = 2p has runs of length 1 and 2 only; a GPipe run
 has long ones. README's "Repeated actions" quotes these numbers.
 """
@@ -25,7 +25,8 @@ import pandas as pd  # noqa: E402
 
 from schedules.analysis import places, run_lengths  # noqa: E402
 from schedules.errors import ScheduleError  # noqa: E402
-from sim.calibration import Calibration, calibrate, calibrate_runs, compute_frame  # noqa: E402
+from sim.calibration import Calibration, compute_frame  # noqa: E402
+from sim.share_choice import calibrate_choosing_share  # noqa: E402
 from sim.costs import CostError  # noqa: E402
 from sim.measured import read_measured  # noqa: E402
 
@@ -36,10 +37,10 @@ def repeat_table(path: str, calibration: Calibration | None) -> pd.DataFrame:
     """One row per (kind, stage, run-length class) of the run's later-place compute actions: count,
     measured mean (us), and the cost `calibration` (default: the run's own) charges for it (us)."""
     run = read_measured(path)
-    calibration = calibration or calibrate(run)
+    calibration = calibration or calibrate_choosing_share([run])
     costs = calibration.for_run(run).for_schedule(run.program.schedule)
     per_kind = {"F": costs.forward, "B": costs.backward, "I": costs.input, "W": costs.weight}
-    frame = compute_frame(run)
+    frame = compute_frame(run, calibration.idle_share)  # on a core of its own under the model's share
     position = run.timeline.groupby(["step", "rank"]).cumcount().loc[frame.index].to_numpy()
     ranks = frame["rank"].to_numpy()
     lengths = [run_lengths(s) for s in run.program.streams]
@@ -65,7 +66,7 @@ def main() -> int:
                         help="model every run with the calibration of these runs (default: each run's own)")
     args = parser.parse_args()
     try:
-        shared = calibrate_runs([read_measured(p) for p in args.calibrate_on]) if args.calibrate_on else None
+        shared = calibrate_choosing_share([read_measured(p) for p in args.calibrate_on]) if args.calibrate_on else None
         tables = [repeat_table(path, shared) for path in args.runs]
     except (ScheduleError, CostError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -103,8 +103,9 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   their cells at once, each run's compute taken under it. ``sim calibrate`` chooses it by the
   runs' step times instead (`sim.share_choice`: the share whose calibration, fitted here at
   that share by `calibrate_at_share`, replays them best), as the cells' criterion hardly tells
-  shares apart where actions are noisy (sweep 11's p=4 calibration runs: 0.65-1 by the cells,
-  0-0.25 by the step times, which predicted held-out runs better in every group).
+  shares apart where actions are noisy (sweep 11's p=4 three-run calibrations: 0.65-1 by the
+  cells, 0-0.2 by the step times, whose held-out MAPE was 5.1 / 3.8 / 3.9% against 7.5 / 6.5 /
+  7.2%; README, "Sweep 11", with sweep 12's replicate, where mlp 8 rows came out 6.0% against 4.9%).
 - **post_overhead**: rank time per receive posted before a rank's first action (sim.costs;
   with whole-step posting, every receive of its step): least squares of each rank's first
   row start in each step (its clock starts at the step's barrier) on the receives it posted
