@@ -79,12 +79,19 @@ def idle_demand(cells: pd.DataFrame, cores: int, ranks: int) -> float | None:
     return (1 / ratio - 1) * cores / (ranks - cores)
 
 
+def cpu_rows(run) -> pd.DataFrame:
+    """The run's compute rows (timeline index kept) with each one's thread CPU seconds from
+    cpu.csv, joined on (step, rank, action)."""
+    compute = run.timeline[run.timeline["kind"].isin(COMPUTE_NAMES)]
+    keyed = (compute[["step", "rank", "action"]].reset_index()
+             .merge(run.cpu, on=["step", "rank", "action"], how="inner", validate="one_to_one").set_index("index"))
+    return compute.loc[keyed.index].assign(thread_cpu=keyed["thread_cpu"])
+
+
 def measured_speed(run, cores: int) -> pd.DataFrame:
     """Per concurrency k (compute rows running over an action's span, its mean rounded, itself
     included): actions, their CPU time over their wall time, and processor sharing's speed."""
-    timeline = run.timeline.assign(position=run.timeline.groupby(["step", "rank"]).cumcount())
-    rows = timeline[timeline["kind"].isin(COMPUTE_NAMES)].reset_index(drop=True)
-    rows = rows.merge(run.cpu, on=["step", "rank", "action"], how="inner", validate="one_to_one")
+    rows = cpu_rows(run).reset_index(drop=True)
     wall = (rows["end"] - rows["start"]).to_numpy()
     running = np.zeros(len(rows))
     for _, here in rows.groupby("step").groups.items():
@@ -108,9 +115,7 @@ def rank_speed(timeline: pd.DataFrame, own: pd.Series) -> list[float]:
 
 def measured_rank_speed(run) -> list[float]:
     """Per rank, its compute actions' measured CPU time over their wall time, all steps."""
-    timeline = run.timeline
-    keyed = timeline[["step", "rank", "action"]].reset_index().merge(run.cpu, on=["step", "rank", "action"])
-    return rank_speed(timeline, keyed.set_index("index")["thread_cpu"])
+    return rank_speed(run.timeline, cpu_rows(run)["thread_cpu"])
 
 
 def model_rank_speed(run, calibration) -> list[float]:
@@ -141,13 +146,14 @@ def off_compute_share(run) -> tuple[float, list[float]]:
     return float(np.median(process.sum(axis=0) / (cores * steps))), [float(x) for x in shares]
 
 
-def read_shared(path: str) -> tuple[pd.DataFrame, int, int]:
-    """A measured run's timeline, cores and ranks on its host; ValueError unless they shared cores."""
+def read_shared(path: str):
+    """A measured run (sim.measured.MeasuredRun), the cores and the ranks on its host;
+    ValueError unless they shared cores."""
     run = read_measured(path)
     cores = shared_cores(run)
     if cores is None:
         raise ValueError(f"{path}: its ranks did not share cores (summary.json's cpu_cores, local_world_size)")
-    return run.timeline, cores, host_ranks(run)
+    return run, cores, host_ranks(run)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,9 +180,8 @@ def main() -> int:
     try:
         calibration = Calibration.from_dict(read_json(Path(args.costs)), args.costs) if args.costs else None
         for path in args.runs:
-            timeline, cores, ranks = read_shared(path)
-            run = read_measured(path)
-            tables.append((path, concurrency_table(timeline, cores), cores, ranks))
+            run, cores, ranks = read_shared(path)
+            tables.append((path, concurrency_table(run.timeline, cores), cores, ranks))
             if run.cpu is not None and "process_cpu_seconds" in run.summary:
                 modelled = model_rank_speed(run, calibration) if calibration is not None else None
                 used, shares = off_compute_share(run)

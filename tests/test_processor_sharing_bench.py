@@ -127,8 +127,7 @@ def test_main_prints_every_runs_tables(monkeypatch, capsys) -> None:
     summary = {"device": "cpu", "cpu_cores": 2, "local_world_size": 4, "ranks": 4,
                "process_cpu_seconds": [[float(cpu.loc[cpu["rank"] == r, "thread_cpu"].sum())] for r in range(4)]}
     run = SimpleNamespace(timeline=shared, cpu=cpu, program=program, summary=summary, step_times=[step])
-    monkeypatch.setattr(bench, "read_shared", lambda path: (shared, 2, 4))
-    monkeypatch.setattr(bench, "read_measured", lambda path: run)
+    monkeypatch.setattr(bench, "read_shared", lambda path: (run, 2, 4))
     monkeypatch.setattr(bench.Calibration, "from_dict", staticmethod(lambda *_: SimpleNamespace(for_run=lambda _: model)))
     monkeypatch.setattr(bench, "read_json", lambda path: {})
     monkeypatch.setattr(sys, "argv", ["processor_sharing.py", "runs/a", "runs/b", "--costs", "cal.json"])
