@@ -71,7 +71,9 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   per receive the executor posted in that gap (placed as runtime/executor.py places
   them: schedules.posting). Least squares fits means, not
   medians: a step's length adds these up, and their tails (a send that blocks for a
-  millisecond) count. ``dispatch_overhead`` is added to every compute action;
+  millisecond) count. The costs cannot be negative, so the fit is constrained to
+  non-negative ones (`nonnegative_least_squares`); clamping a negative one afterwards
+  left the others where they had made up for it (a 1F1B run of 2 ms steps replayed +21%). ``dispatch_overhead`` is added to every compute action;
   ``send_overhead`` is the SEND constant; ``recv_overhead`` is the RECV constant plus
   the posting cost plus the time to complete a receive whose data is already there (the
   mean RECV row of receives reached once the transfer law below had done their whole
@@ -142,6 +144,19 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   bandwidth term; without a profile, bandwidth is unlimited and the latency is the in-run
   mean. A prediction takes d from the run it predicts (`for_run`).
 
+**Far-out steps** (`far_out_steps`): a step whose time lies beyond Tukey's far-out fence
+(Q3 + 3 IQR of the run's step times; a run of four or more steps) is one the machine stalled,
+and every fit above reads the run without it (`typical_steps`); the report names them and
+the quality still replays the whole run. On two shared cores 2-3 ms steps of a 1F1B run
+at m=2 turned into 5-8 ms ones, 1-4 of 20, each holding one 3-4 ms gap on one rank (in a
+posting gap, a dispatch gap or a transfer: about a scheduler tick, a thread waiting for a
+core, we suppose; not measured), and the mean-fitted overheads and transfers took them in, so that the
+calibration replayed its own run up to +33% long (seven 20-step runs of 2026-12-06 spread at most
+0.5; -0.7% to +5.1% with them left out and the constrained overhead fit above).
+The fence moves only with far-out times: the 408 runs of sweeps 11
+and 12 had 136 such steps among 10,176, in 110 runs. A run that stalls in half its steps has
+no typical step to fit (its median lies between the two modes): its spread says so.
+
 **Quality** (``quality``, filled by sim.quality.assess, which replays the calibration on
 each run it was fitted on with the engine: the fit itself simulates nothing): per run, the
 measured median step time, the simulated one, the signed self-replay error,
@@ -173,6 +188,7 @@ microbatch); `check_run` refuses others.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import asdict, dataclass, field, replace
@@ -408,6 +424,10 @@ class Calibration:
                          f"{choice['cells_share']:.2f})")
         elif self.idle_share:
             lines.append(f"  ranks sharing cores: a rank not computing takes {self.idle_share:.2f} of a core")
+        for path, steps in self.diagnostics.get("far_out_steps", {}).items():
+            if steps:
+                lines.append(f"  left out of every fit: {len(steps)} far-out step(s) of {path} (beyond Q3 + 3 IQR of its "
+                             f"step times, a stalled machine): {', '.join(map(str, steps))}")
         bandwidth = "unlimited" if math.isinf(self.p2p_bandwidth) else f"{self.p2p_bandwidth / 1e9:.2f} GB/s"
         load = f", +{us(self.p2p_load_latency)} per rank computing meanwhile" if self.p2p_load_latency else ""
         lines.append(f"  p2p: latency {us(self.p2p_latency)}, bandwidth {bandwidth}, {self.boundary_bytes:,} bytes per "
@@ -506,8 +526,24 @@ def calibrate_runs(runs: Sequence[MeasuredRun], idle_share: float | None = None)
     the share of a core a rank not computing takes where ranks share cores (default: the cells'
     choice, `fit_idle_share`; sim.share_choice picks it by the runs' own step times)."""
     fits = [TransferFits.of(run) for run in runs]
-    idle = fit_idle_share(*runs) if idle_share is None else idle_share
+    idle = fit_idle_share(*map(typical_steps, runs)) if idle_share is None else idle_share
     return calibrate_at_share(runs, fits, idle)
+
+
+def far_out_steps(run: MeasuredRun) -> list[int]:
+    """The run's steps whose time lies beyond Tukey's far-out fence, Q3 + 3 IQR of its step
+    times: a step the machine stalled (module docstring, "Far-out steps")."""
+    times = np.array(run.step_times)
+    if len(times) < 4:  # quartiles of fewer steps fence nothing off
+        return []
+    q1, q3 = np.quantile(times, [0.25, 0.75])
+    return [step for step, t in zip(run.steps, times) if t > q3 + 3 * (q3 - q1)]
+
+
+def typical_steps(run: MeasuredRun) -> MeasuredRun:
+    """`run` without its far-out steps (`far_out_steps`), what every fit reads."""
+    far = far_out_steps(run)
+    return run.with_steps([s for s in run.steps if s not in far]) if far else run
 
 
 @dataclass(frozen=True)
@@ -526,6 +562,7 @@ class TransferFits:
     def of(cls, run: MeasuredRun) -> "TransferFits":
         # clock-aligned once: the overheads, latency and spread all read them; the load term
         # only where ranks share cores (module docstring)
+        run = typical_steps(run)
         transfers = tuple(transfer_rows(run, loads=shared_cores(run) is not None))
         law = transfer_fit(transfers)
         return cls(transfers, law, *executor_overheads(run, transfers, law))
@@ -537,6 +574,8 @@ def calibrate_at_share(runs: Sequence[MeasuredRun], fits: Sequence[TransferFits]
     choice among shares fits the transfers once."""
     if not runs:
         raise CostError("calibrate needs at least one run")
+    far = {str(run.path): far_out_steps(run) for run in runs}
+    runs = [typical_steps(run) for run in runs]
     post = fit_post_overhead(*runs)  # one slope for all: a single run often cannot show it
     fitted = [_fit_one(run, found, idle, post) for run, found in zip(runs, fits)]
     first = fitted[0][0]
@@ -552,6 +591,8 @@ def calibrate_at_share(runs: Sequence[MeasuredRun], fits: Sequence[TransferFits]
                           transfer_spread=spread_quantiles(pooled[1]), rank_spread=spread_quantiles(pooled[2]),
                           step_spread=spread_quantiles(pooled[3]), step_overhead_spread=spread_quantiles(pooled[4]),
                           idle_share=idle, post_overhead=post)
+    if any(far.values()):
+        calibration = replace(calibration, diagnostics={**calibration.diagnostics, "far_out_steps": far})
     return calibration
 
 
@@ -926,11 +967,7 @@ def executor_overheads(run: MeasuredRun, transfers: Sequence[TransferRow],
             gaps.append(start[i + 1] - end[i])
     if not gaps:
         return 0.0, 0.0, 0.0
-    design = np.array(rows)
-    used = [j for j in range(4) if design[:, j].any()]  # a column no gap has stays 0
-    coef = np.zeros(4)
-    coef[used] = np.linalg.lstsq(design[:, used], np.array(gaps), rcond=None)[0]
-    after_compute, after_send, after_recv, post = (max(float(x), 0.0) for x in coef)
+    after_compute, after_send, after_recv, post = (float(x) for x in nonnegative_least_squares(np.array(rows), np.array(gaps)))
     recvs = run.timeline[run.timeline["kind"].isin(RECV_NAMES)]
     if not len(recvs):
         return after_compute, after_send, 0.0
@@ -940,6 +977,27 @@ def executor_overheads(run: MeasuredRun, transfers: Sequence[TransferRow],
 
 
 _AFTER_COMPUTE, _AFTER_SEND, _AFTER_RECV = 0, 1, 2  # columns of the gap fit
+
+
+def nonnegative_least_squares(design: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Least squares of `target` on `design`'s columns with every coefficient >= 0: the best
+    unconstrained fit over each subset of columns whose coefficients all come out >= 0 (exact
+    for the few columns of a gap fit). Clamping an unconstrained fit's negative coefficient
+    to 0 instead leaves the others where they compensated for it: with two 2 ms steps of a
+    1F1B run a -27 us dispatch cost came with a 267 us cost per posted receive (52 us where
+    the dispatch came out positive), and the clamped pair replayed the run +21% long."""
+    best, best_residual = np.zeros(design.shape[1]), float(np.sum(target ** 2))
+    for size in range(1, design.shape[1] + 1):
+        for columns in itertools.combinations(range(design.shape[1]), size):
+            part = design[:, columns]
+            if not part.any(axis=0).all():  # a column no row has stays 0
+                continue
+            coef = np.linalg.lstsq(part, target, rcond=None)[0]
+            residual = float(np.sum((part @ coef - target) ** 2))
+            if (coef >= 0).all() and residual < best_residual:
+                best, best_residual = np.zeros(design.shape[1]), residual
+                best[list(columns)] = coef
+    return best
 
 
 def _gap_kind(action) -> int:

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -129,6 +129,19 @@ class MeasuredRun:
     def post_ahead(self) -> PostAhead:
         """When the executor posted each receive (runs from before the option: at its RECV)."""
         return PostAhead.parse(self.summary.get("post_ahead", 0))
+
+    def with_steps(self, steps: Sequence[int]) -> "MeasuredRun":
+        """This run with only the measured `steps`: their rows keep their step numbers (so
+        cpu.csv's rows still join them) and ``step_times`` keeps theirs, in step order. For
+        fits that leave steps out; not a run to check (`checked` wants steps 0..n-1)."""
+        keep = sorted(set(int(s) for s in steps))
+        summary = {**self.summary, "step_times": [self.step_times[s] for s in keep]}
+        run = MeasuredRun(self.path, self.timeline[self.timeline["step"].isin(keep)],
+                          self.memory[self.memory["step"].isin(keep)], summary)
+        for name in ("program", "profile", "cpu"):  # read once, shared
+            if name in self.__dict__:
+                run.__dict__[name] = self.__dict__[name]
+        return run
 
     def step_frames(self):
         """(step, that step's timeline rows) in step order."""

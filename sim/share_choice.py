@@ -37,7 +37,7 @@ from typing import Sequence
 import numpy as np
 
 from .calibration import (IDLE_SHARES, Calibration, TransferFits, calibrate_at_share, calibrate_runs,
-                          fit_idle_share, shared_cores)
+                          fit_idle_share, shared_cores, typical_steps)
 from .costs import CostError
 from .engine import simulate
 from .measured import MeasuredRun
@@ -81,6 +81,6 @@ def calibrate_choosing_share(runs: Sequence[MeasuredRun]) -> Calibration:
             attempt(share)
     chosen = best()
     calibration = tried[chosen][1]
-    choice = {"by": "step times", "share": chosen, "cells_share": fit_idle_share(*runs),
+    choice = {"by": "step times", "share": chosen, "cells_share": fit_idle_share(*map(typical_steps, runs)),
               "replay_error": {f"{s:.2f}": tried[s][0] for s in sorted(tried)}}
     return replace(calibration, diagnostics={**calibration.diagnostics, "idle_share_choice": choice})

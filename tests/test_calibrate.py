@@ -91,12 +91,14 @@ def true_costs(num_stages: int) -> CostModel:
 
 
 def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profile: bool = False,
-              profile_slowdown: float = 1.0, skew: tuple[float, ...] = ()) -> float:
+              profile_slowdown: float = 1.0, skew: tuple[float, ...] = (),
+              stalls: dict[int, float] | None = None) -> float:
     """A synthetic run directory of `name` at p=2; returns its (true) step time.
 
     `profile_slowdown` multiplies the profile's stage-call times (the profile runs outside the
     steps, e.g. on a machine busy otherwise); `skew[k]` is added to rank 1's times in step k
-    (its clock, started at its own barrier exit, is that much behind rank 0's)."""
+    (its clock, started at its own barrier exit, is that much behind rank 0's); `stalls[k]`
+    multiplies every time of step k, its step time included (a machine that stalled then)."""
     schedule = schedules.build(name, ranks=2, microbatches=m, chunks=chunks)
     program = schedules.lower(schedule)
     n = schedule.num_stages
@@ -110,6 +112,9 @@ def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profil
     for k, offset in enumerate(skew):
         late = timeline[k]["rank"] == 1
         timeline[k].loc[late, ["start", "end"]] += offset
+    stalls = stalls or {}
+    for k, factor in stalls.items():
+        timeline[k][["start", "end"]] *= factor
     import pandas as pd
 
     pd.concat(timeline)[list(TIMELINE_COLUMNS)].to_csv(path / "timeline.csv", index=False)
@@ -128,7 +133,8 @@ def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profil
     summary = {
         "schedule": name, "ranks": 2, "microbatches": m, "chunks": schedule.chunks, "stages": n,
         "model": {**MODEL, "batch_size": ROWS * m}, "batch_size": ROWS * m, "microbatch_sizes": [ROWS] * m,
-        "steps": steps, "warmup": 1, "step_times": [step_time] * steps, "step_time_median": step_time,
+        "steps": steps, "warmup": 1, "step_times": [step_time * stalls.get(k, 1.0) for k in range(steps)],
+        "step_time_median": step_time,
         "peak_activation_bytes": result.peak_activation_bytes, "stage_costs": stage_costs, "post_ahead": POST_AHEAD,
     }
     if CORES is not None:  # a CPU run on one host records its cores
@@ -192,6 +198,67 @@ def test_replay_of_the_calibration_run_is_exact(calibration_run):
     busy = sum(result.busy) - computes * DISPATCH
     assert comparison.bubble_ratio_measured == pytest.approx(1 - busy / (2 * comparison.makespan_measured), rel=1e-9)
     assert comparison.bubble_ratio_simulated == pytest.approx(result.bubble_ratio, rel=1e-12)
+
+
+def test_far_out_steps_are_left_out_and_every_parameter_recovered(tmp_path, monkeypatch):
+    """Two of eight steps ran 3x and 2.5x slower throughout (a stalled machine): the mean-fitted
+    overheads and latency would take them in; left out by Tukey's fence, every parameter is
+    the machine's again and the run replays its median step exactly."""
+    write_run(tmp_path / "run", "1f1b", 8, steps=8, profile=True, stalls={2: 3.0, 5: 2.5})
+    run = read_measured(tmp_path / "run")
+    assert calibration_module.far_out_steps(run) == [2, 5]
+    c = calibrate(run)
+    assert c.diagnostics["far_out_steps"] == {str(run.path): [2, 5]}
+    assert "left out of every fit: 2 far-out step(s)" in c.report()
+    assert (c.dispatch_overhead, c.send_overhead, c.recv_overhead, c.step_overhead, c.p2p_latency) == pytest.approx(
+        (DISPATCH, SEND, RECV, STEP, LATENCY), abs=1e-12)
+    for kind in ("F", "B"):
+        assert c.compute[kind].per_layer == pytest.approx(PER_LAYER[kind], rel=1e-9)
+    comparison, _ = compare_run(run, c.for_run(run))
+    assert abs(comparison.step_time_error) < 1e-12
+    # Kept in, the stalled steps' longer gaps and transfers would go into the means (what the
+    # fence is for): the same run with the fence switched off.
+    monkeypatch.setattr(calibration_module, "far_out_steps", lambda run: [])
+    whole = calibrate(run)
+    assert whole.send_overhead > 1.2 * SEND and whole.p2p_latency > 1.2 * LATENCY
+    assert compare_run(run, whole.for_run(run))[0].step_time_error > 0.03  # +6.5% when written
+
+
+@pytest.mark.parametrize("times,far", [
+    ([1.0] * 10, []),
+    ([1.0, 1.1, 0.9, 1.0, 5.0, 1.05, 0.95, 1.0], [4]),
+    ([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], []),  # Q1 2.75, Q3 6.25: the fence 16.75
+    ([1.0, 1.0, 1.0, 1.0, 1.0001], [4]),  # no spread at all: anything above is far out
+    ([1.0, 9.0, 1.0], []),  # fewer than four steps: no quartiles to fence with
+])
+def test_far_out_steps_by_tukeys_fence(tmp_path, times, far):
+    write_run(tmp_path / "run", "1f1b", 2, steps=len(times))
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    (tmp_path / "run" / "summary.json").write_text(json.dumps({**summary, "step_times": times}))
+    assert calibration_module.far_out_steps(read_measured(tmp_path / "run")) == far
+
+
+def test_nonnegative_least_squares_meets_the_optimality_conditions():
+    """Karush-Kuhn-Tucker conditions of min |Ax - b|^2 subject to x >= 0, the independent check:
+    x >= 0, the gradient A'(Ax - b) is 0 where x > 0 and >= 0 where x = 0."""
+    rng = np.random.default_rng(7)
+    clamped = 0
+    for _ in range(200):
+        a = rng.random((30, 4)) * (rng.random(4) < 0.9)  # some columns empty
+        b = rng.normal(size=30)
+        x = calibration_module.nonnegative_least_squares(a, b)
+        gradient = a.T @ (a @ x - b)
+        assert (x >= 0).all()
+        assert np.allclose(gradient[x > 0], 0, atol=1e-9)
+        assert (gradient[x == 0] >= -1e-9).all()
+        clamped += int((np.linalg.lstsq(a, b, rcond=None)[0] < 0).any())
+    assert clamped > 50  # the unconstrained fit went negative often: the constraint was exercised
+    # A fit whose unconstrained solution is (2, -1): clamping gives (2, 0), the constrained optimum
+    # moves the first coefficient to the mean the first column then has to explain alone.
+    a = np.array([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 0.0]])
+    b = np.array([1.0, 2.0, 1.0, 2.0])
+    assert np.linalg.lstsq(a, b, rcond=None)[0] == pytest.approx([2.0, -1.0])
+    assert calibration_module.nonnegative_least_squares(a, b) == pytest.approx([1.5, 0.0])
 
 
 def test_a_profile_slower_than_the_run_is_scaled_to_the_run(tmp_path):
