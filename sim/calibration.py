@@ -73,8 +73,9 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   medians: a step's length adds these up, and their tails (a send that blocks for a
   millisecond) count. The costs cannot be negative, so the fit is constrained to
   non-negative ones (`nonnegative_least_squares`); clamping a negative one afterwards
-  left the others where they had made up for it (a 1F1B run of 2 ms steps replayed +21%). ``dispatch_overhead`` is added to every compute action;
-  ``send_overhead`` is the SEND constant; ``recv_overhead`` is the RECV constant plus
+  left the others where they had made up for it (a 1F1B run of 2 ms steps replayed
+  +21%). ``dispatch_overhead`` is added to every compute action; ``send_overhead`` is
+  the SEND constant; ``recv_overhead`` is the RECV constant plus
   the posting cost plus the time to complete a receive whose data is already there (the
   mean RECV row of receives reached once the transfer law below had done their whole
   transfer; without any, the 10th percentile of RECV rows).
@@ -147,15 +148,15 @@ Fitted parameters (seconds unless noted), each from the statistic named:
 **Far-out steps** (`far_out_steps`): a step whose time lies beyond Tukey's far-out fence
 (Q3 + 3 IQR of the run's step times; a run of four or more steps) is one the machine stalled,
 and every fit above reads the run without it (`typical_steps`); the report names them and
-the quality still replays the whole run. On two shared cores 2-3 ms steps of a 1F1B run
-at m=2 turned into 5-8 ms ones, 1-4 of 20, each holding one 3-4 ms gap on one rank (in a
-posting gap, a dispatch gap or a transfer: about a scheduler tick, a thread waiting for a
-core, we suppose; not measured), and the mean-fitted overheads and transfers took them in, so that the
-calibration replayed its own run up to +33% long (seven 20-step runs of 2026-12-06 spread at most
-0.5; -0.7% to +5.1% with them left out and the constrained overhead fit above).
-The fence moves only with far-out times: the 408 runs of sweeps 11
-and 12 had 136 such steps among 10,176, in 110 runs. A run that stalls in half its steps has
-no typical step to fit (its median lies between the two modes): its spread says so.
+the quality still replays the whole run. On two shared cores 2-3 ms steps of a 1F1B run at
+m=2 turned into 5-8 ms ones, 1-4 of 20, each holding one 3-4 ms gap on one rank (a posting
+or dispatch gap, or a transfer: about a scheduler tick, a thread waiting for a core, we
+suppose; not measured). The mean-fitted overheads and transfers took them in, and the
+calibration replayed its own run up to +33% long (seven 20-step runs of 2026-12-06 that
+spread at most 0.5); -0.7% to +5.1% with them left out and the constrained overhead fit
+above. The fence moves only with far-out times: the 408 runs of sweeps 11 and 12 had 136
+such steps among 10,176, in 110 runs. A run that stalls in half its steps has no typical
+step to fit (its median lies between the two modes): its spread says so.
 
 **Quality** (``quality``, filled by sim.quality.assess, which replays the calibration on
 each run it was fitted on with the engine: the fit itself simulates nothing): per run, the
@@ -967,7 +968,8 @@ def executor_overheads(run: MeasuredRun, transfers: Sequence[TransferRow],
             gaps.append(start[i + 1] - end[i])
     if not gaps:
         return 0.0, 0.0, 0.0
-    after_compute, after_send, after_recv, post = (float(x) for x in nonnegative_least_squares(np.array(rows), np.array(gaps)))
+    coef = nonnegative_least_squares(np.array(rows), np.array(gaps))
+    after_compute, after_send, after_recv, post = (float(x) for x in coef)
     recvs = run.timeline[run.timeline["kind"].isin(RECV_NAMES)]
     if not len(recvs):
         return after_compute, after_send, 0.0
