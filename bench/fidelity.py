@@ -8,7 +8,7 @@ locked runs of the shared machine do not land between them:
 
 1. in each round (below), three calibration runs with ``--profile-layers --profile-p2p`` at m = 2p: 1F1B (F and B),
    ZB-H1 (F, I and W) and interleaved with 2 chunks (stages of half the size), calibrated: 1F1B alone (``1f1b``),
-   with ZB-H1 (``1f1b+zb-h1``, `sim.share_choice.calibrate_choosing_share`, as ``sim calibrate`` does), all three (``three``: in-run costs at two
+   with ZB-H1 (``1f1b+zb-h1``, `sim.calibration.calibrate_runs`, as ``sim calibrate`` does), all three (``three``: in-run costs at two
    stage sizes), and after the last round every round's three together (``pooled``: nine runs, so that one
    run's luck averages out, as ``sim calibrate A B C`` does);
    each calibration's self-replay error (`sim.quality.assess`) and the run's step-time spread
@@ -72,7 +72,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from sim import simulate  # noqa: E402
-from sim.share_choice import calibrate_choosing_share  # noqa: E402
+from sim.calibration import calibrate_runs  # noqa: E402
 from sim.comparison import compare_run  # noqa: E402
 from sim.quality import assess  # noqa: E402
 from sim.costs import CostError  # noqa: E402
@@ -288,14 +288,14 @@ def main() -> int:
                     run_case(case, model, rows, p, args.warmup, args.reuse, lock)
             trio = [read_measured(c.out) for c in calibrating]
             own_runs.append(trio)
-            rounds.append({"1f1b": assess(calibrate_choosing_share(trio[:1]), trio[:1]),
-                           "1f1b+zb-h1": assess(calibrate_choosing_share(trio[:2]), trio[:2]),
-                           "three": assess(calibrate_choosing_share(trio), trio)})
+            rounds.append({"1f1b": assess(calibrate_runs(trio[:1]), trio[:1]),
+                           "1f1b+zb-h1": assess(calibrate_runs(trio[:2]), trio[:2]),
+                           "three": assess(calibrate_runs(trio), trio)})
             for (schedule, m), c in zip(cases, held_out):
                 measured[(schedule, m)].append(read_measured(c.out))
         lock.release()
         every = [r for trio in own_runs for r in trio]
-        pooled = assess(calibrate_choosing_share(every), every)
+        pooled = assess(calibrate_runs(every), every)
         for calibrations in rounds:
             calibrations["pooled"] = pooled
         floor = noise_floor([c["1f1b"] for c in rounds], [trio[0] for trio in own_runs])

@@ -25,8 +25,7 @@ import pandas as pd  # noqa: E402
 
 from schedules.analysis import places, run_lengths  # noqa: E402
 from schedules.errors import ScheduleError  # noqa: E402
-from sim.calibration import Calibration, compute_frame  # noqa: E402
-from sim.share_choice import calibrate_choosing_share  # noqa: E402
+from sim.calibration import Calibration, calibrate_runs, compute_frame  # noqa: E402
 from sim.costs import CostError  # noqa: E402
 from sim.measured import read_measured  # noqa: E402
 
@@ -37,7 +36,7 @@ def repeat_table(path: str, calibration: Calibration | None) -> pd.DataFrame:
     """One row per (kind, stage, run-length class) of the run's later-place compute actions: count,
     measured mean (us), and the cost `calibration` (default: the run's own) charges for it (us)."""
     run = read_measured(path)
-    calibration = calibration or calibrate_choosing_share([run])
+    calibration = calibration or calibrate_runs([run])
     costs = calibration.for_run(run).for_schedule(run.program.schedule)
     per_kind = {"F": costs.forward, "B": costs.backward, "I": costs.input, "W": costs.weight}
     frame = compute_frame(run, calibration.idle_share)  # on a core of its own under the model's share
@@ -66,7 +65,7 @@ def main() -> int:
                         help="model every run with the calibration of these runs (default: each run's own)")
     args = parser.parse_args()
     try:
-        shared = calibrate_choosing_share([read_measured(p) for p in args.calibrate_on]) if args.calibrate_on else None
+        shared = calibrate_runs([read_measured(p) for p in args.calibrate_on]) if args.calibrate_on else None
         tables = [repeat_table(path, shared) for path in args.runs]
     except (ScheduleError, CostError) as exc:
         print(f"error: {exc}", file=sys.stderr)

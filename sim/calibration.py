@@ -97,18 +97,17 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   one-way time on bytes) and the latency is the idle in-run time minus the bandwidth term;
   without a ping-pong, bandwidth is unlimited and the latency is the idle in-run time.
 - **idle_share** (a run whose ranks shared fewer cores than there were ranks): the share of a
-  core a rank takes while not computing (sim.costs), chosen from 0, 0.05, ..., 1 as the one
-  under which each cell's actions (stage, kind, switch, place) come out most alike on a core of
-  their own (`fit_idle_share`); every compute time of the run is then taken under it
-  (`compute_frame`). Processor sharing among compute alone (0) holds for long actions and not
-  for short ones (bench/processor_sharing.py; sweep 9's calibration runs: 0.15-0.4 at gpt 8 rows
-  p=4, 0.4-0.6 at mlp 256 rows, 0.8-0.9 at mlp 8 rows). Several runs: one share fitted over all
-  their cells at once, each run's compute taken under it. ``sim calibrate`` chooses it by the
-  runs' step times instead (`sim.share_choice`: the share whose calibration, fitted here at
-  that share by `calibrate_at_share`, replays them best), as the cells' criterion hardly tells
-  shares apart where actions are noisy (sweep 11's p=4 three-run calibrations: 0.65-1 by the
-  cells, 0-0.2 by the step times, whose held-out MAPE was 5.1 / 3.8 / 3.9% against 7.5 / 6.5 /
-  7.2%; README, "Sweep 11", with sweep 12's replicate, where mlp 8 rows came out 6.0% against 4.9%).
+  core a rank takes while not computing (sim.costs), one of 0, 0.05, ..., 1, chosen by the
+  runs' own step times (`calibrate_runs`, sim.share_choice): each candidate gets a calibration
+  with every other parameter fitted under it (`calibrate_at_share`: every compute time of the
+  runs taken under it, `compute_frame`) and the one that replays the runs' median step times
+  best is kept. The cells' criterion it replaced (`fit_idle_share`, kept in the diagnostics:
+  the share under which each cell's actions, stage, kind, switch and place, come out most
+  alike on a core of their own) hardly tells shares apart where actions are noisy (sweep 11's
+  p=4 three-run calibrations: 0.65-1 by the cells, 0-0.2 by the step times, whose held-out MAPE
+  was 5.1 / 3.8 / 3.9% against 7.5 / 6.5 / 7.2%; README, "Sweep 11", with sweep 12's replicate,
+  where mlp 8 rows came out 6.0% against 4.9%). Processor sharing among compute alone (0)
+  holds for long actions and not for short ones (bench/processor_sharing.py).
 - **post_overhead**: rank time per receive posted before a rank's first action (sim.costs;
   with whole-step posting, every receive of its step): least squares of each rank's first
   row start in each step (its clock starts at the step's barrier) on the receives it posted
@@ -148,7 +147,8 @@ Fitted parameters (seconds unless noted), each from the statistic named:
 **Far-out steps** (`far_out_steps`): a step whose time lies beyond Tukey's far-out fence
 (Q3 + 3 IQR of the run's step times; a run of four or more steps) is one the machine stalled,
 and every fit above reads the run without it (`typical_steps`); the report names them and
-the quality still replays the whole run. On two shared cores 2-3 ms steps of a 1F1B run at
+the quality still replays the whole run. It fences off fewer than a quarter of the steps: with
+more stalled, Q3 is itself a stalled step's time. On two shared cores 2-3 ms steps of a 1F1B run at
 m=2 turned into 5-8 ms ones, 1-4 of 20, each holding one 3-4 ms gap on one rank (a posting
 or dispatch gap, or a transfer: about a scheduler tick, a thread waiting for a core, we
 suppose; not measured). The mean-fitted overheads and transfers took them in, and the
@@ -207,6 +207,7 @@ from schedules.stages import ROLES, balanced_layers, role_of
 
 from .costs import HANDOVER_MEMORY, CostError, CostModel, processor_share
 from .measured import MeasuredRun
+from .share_choice import IDLE_SHARES, choose_share, replay_error
 from .transfers import (TransferRow, early_receive_times, transfer_fit, transfer_residuals, transfer_rows,
                         transfer_time)
 
@@ -523,12 +524,24 @@ def calibrate(run: MeasuredRun) -> Calibration:
 
 def calibrate_runs(runs: Sequence[MeasuredRun], idle_share: float | None = None) -> Calibration:
     """One calibration from several runs of the same model and microbatch size (module
-    docstring); sim.quality.assess adds the quality of its replay of each. `idle_share` fixes
-    the share of a core a rank not computing takes where ranks share cores (default: the cells'
-    choice, `fit_idle_share`; sim.share_choice picks it by the runs' own step times)."""
+    docstring); sim.quality.assess adds the quality of its replay of each. Where a run's ranks
+    shared cores, `idle_share` fixes the share of a core a rank not computing takes; by default
+    it is chosen by the runs' own step times (sim.share_choice), the choice and each candidate's
+    replay error going to the diagnostics (``idle_share_choice``, beside the cells' choice,
+    `fit_idle_share`). Elsewhere the share plays no part."""
+    if not runs:
+        raise CostError("calibrate needs at least one run")
     fits = [TransferFits.of(run) for run in runs]
-    idle = fit_idle_share(*map(typical_steps, runs)) if idle_share is None else idle_share
-    return calibrate_at_share(runs, fits, idle)
+    if idle_share is not None:
+        return calibrate_at_share(runs, fits, idle_share)
+    if all(shared_cores(run) is None for run in runs):
+        return calibrate_at_share(runs, fits, 0.0)
+    chosen, tried = choose_share(lambda share: calibrate_at_share(runs, fits, share),
+                                 lambda calibration: replay_error(calibration.for_run, runs))
+    calibration = tried[chosen][1]
+    choice = {"by": "step times", "share": chosen, "cells_share": fit_idle_share(*map(typical_steps, runs)),
+              "replay_error": {f"{s:.2f}": tried[s][0] for s in sorted(tried)}}
+    return replace(calibration, diagnostics={**calibration.diagnostics, "idle_share_choice": choice})
 
 
 def far_out_steps(run: MeasuredRun) -> list[int]:
@@ -758,7 +771,6 @@ def full_speed(step: np.ndarray, start: np.ndarray, end: np.ndarray, cores: int,
     return out
 
 
-IDLE_SHARES = tuple(i / 20 for i in range(21))  # the values fit_idle_share tries
 
 
 def first_posts(run: MeasuredRun) -> list[int]:

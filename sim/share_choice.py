@@ -11,7 +11,10 @@ m = 4p run short. A share is a claim about step times, so it is chosen here by t
 candidates, the one whose calibration (every other parameter fitted under it) replays the
 calibration runs' median step times best (least mean squared log error). This needs only the
 calibration runs, and a replay per candidate; the transfers' fit, the slow part of a
-calibration, does not depend on the share and is made once (`TransferFits`).
+calibration, does not depend on the share and is made once (`TransferFits`). This module holds
+the search (`choose_share`) and its criterion (`replay_error`); `sim.calibration.calibrate_runs`
+fits each candidate and calls them, so that every calibration, from the library or from
+``sim calibrate``, chooses alike.
 
 One program's own step time says less than several programs': the calibration takes each
 action's time on a core of its own by inverting the sharing law at the candidate share and the
@@ -31,44 +34,39 @@ scanned at 0.1 before refining.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 import numpy as np
 
-from .calibration import (IDLE_SHARES, Calibration, TransferFits, calibrate_at_share, calibrate_runs,
-                          fit_idle_share, shared_cores, typical_steps)
-from .costs import CostError
+from .costs import CostModel
 from .engine import simulate
 from .measured import MeasuredRun
 
+IDLE_SHARES = tuple(i / 20 for i in range(21))  # the shares a choice can make: 0, 0.05, ..., 1
 COARSE = tuple(i / 10 for i in range(11))  # the whole grid first; then the best's neighbours at 0.05
 
+Fitted = TypeVar("Fitted")
 
-def replay_error(calibration: Calibration, runs: Sequence[MeasuredRun]) -> float:
-    """Root mean square over `runs` of log(simulated / measured median step time)."""
-    logs = [math.log(simulate(run.program, calibration.for_run(run)).step_time / run.step_time_median)
-            for run in runs]
+
+def replay_error(costs_for: Callable[[MeasuredRun], CostModel], runs: Sequence[MeasuredRun]) -> float:
+    """Root mean square over `runs` of log(simulated / measured median step time), each run
+    simulated under ``costs_for(run)`` (a calibration's `for_run`)."""
+    logs = [math.log(simulate(run.program, costs_for(run)).step_time / run.step_time_median) for run in runs]
     return float(np.sqrt(np.mean(np.square(logs))))
 
 
-def calibrate_choosing_share(runs: Sequence[MeasuredRun]) -> Calibration:
-    """`sim.calibration.calibrate_runs`, with the idle share chosen by the runs' step times
-    (module docstring) where a run's ranks shared cores; elsewhere the share plays no part and
-    this is `calibrate_runs` itself. The choice and each candidate's replay error go to the
-    diagnostics (``idle_share_choice``)."""
-    if not runs:
-        raise CostError("calibrate needs at least one run")
-    if all(shared_cores(run) is None for run in runs):
-        return calibrate_runs(runs)
-    fits = [TransferFits.of(run) for run in runs]
-    tried: dict[float, tuple[float, Calibration]] = {}
+def choose_share(fit: Callable[[float], Fitted], error: Callable[[Fitted], float]
+                 ) -> tuple[float, dict[float, tuple[float, Fitted]]]:
+    """The share of IDLE_SHARES whose fit (``fit(share)``) has the least ``error``: COARSE first,
+    then the best one's neighbours at 0.05 (module docstring); ties go to the smaller share.
+    Returns it and every share tried with its (error, fit)."""
+    tried: dict[float, tuple[float, Fitted]] = {}
 
     def attempt(share: float) -> None:
         share = min(IDLE_SHARES, key=lambda s: abs(s - share))  # the grid's own value
         if share not in tried:
-            calibration = calibrate_at_share(runs, fits, share)
-            tried[share] = (replay_error(calibration, runs), calibration)
+            fitted = fit(share)
+            tried[share] = (error(fitted), fitted)
 
     def best() -> float:
         return min(tried, key=lambda s: (tried[s][0], s))
@@ -79,8 +77,4 @@ def calibrate_choosing_share(runs: Sequence[MeasuredRun]) -> Calibration:
     for share in (centre - 0.05, centre + 0.05):
         if 0.0 <= share <= 1.0:
             attempt(share)
-    chosen = best()
-    calibration = tried[chosen][1]
-    choice = {"by": "step times", "share": chosen, "cells_share": fit_idle_share(*map(typical_steps, runs)),
-              "replay_error": {f"{s:.2f}": tried[s][0] for s in sorted(tried)}}
-    return replace(calibration, diagnostics={**calibration.diagnostics, "idle_share_choice": choice})
+    return best(), tried

@@ -17,10 +17,9 @@ from typing import NamedTuple
 
 from schedules.io import read_json
 
-from .calibration import Calibration, is_calibration
+from .calibration import Calibration, calibrate, is_calibration
 from .costs import DEFAULT_ACTIVATION_MEMORY, CostError, CostModel, CostSource
 from .measured import MeasuredRun
-from .share_choice import calibrate_choosing_share
 
 # Used when neither a flag nor --costs gives a value: a transformer-like split, F = I = W = 1 s
 # (B = I + W = 2 s). A transformer layer's backward costs about twice its forward, split about
@@ -141,7 +140,7 @@ def costs_for_run(path: str | Path | None, run: MeasuredRun) -> RunCosts:
     in `path`, the calibration in `path` cut to the run's stages, or (no path) a calibration
     from the run itself (its replay)."""
     if path is None:
-        calibration = calibrate_choosing_share([run])
+        calibration = calibrate(run)
         return RunCosts(calibration.for_run(run), "calibrated from this run (replay)", calibration.dispatch_overhead)
     data, calibrated = _read(path)
     if not calibrated:

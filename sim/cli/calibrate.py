@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from schedules import ScheduleError
 
+from ..calibration import calibrate_runs
 from ..quality import assess
-from ..share_choice import calibrate_choosing_share
 from ..costs import CostError
 from ..measured import read_measured
 from .args import fail
@@ -61,7 +61,7 @@ def handle(args: argparse.Namespace) -> int:
     options = CalibrateOptions.from_args(args)
     try:
         runs = [read_measured(run) for run in options.runs]
-        calibration = assess(calibrate_choosing_share(runs), runs)
+        calibration = assess(calibrate_runs(runs), runs)
         calibration.to_json(options.output)
     except (ScheduleError, CostError) as exc:
         return fail("calibrate", str(exc))
