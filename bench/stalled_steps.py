@@ -26,7 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fidelity import LOCK, CpuLock, launch, torchrun  # noqa: E402
 import sim.calibration as calibration_module  # noqa: E402
+from schedules import ScheduleError  # noqa: E402
 from sim.calibration import calibrate_runs  # noqa: E402
+from sim.costs import CostError  # noqa: E402
 from sim.comparison import compare_run, step_spread  # noqa: E402
 from sim.measured import read_measured  # noqa: E402
 
@@ -72,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
             far = calibration_module.far_out_steps(run)
             print(f"| {i} | {run.step_time_median * 1e3:.2f} ms | {spread:.2f} | {len(far)} of {len(run.steps)} | "
                   f"{100 * errors[True]:+.1f}% | {100 * errors[False]:+.1f}% |", flush=True)
+    except (RuntimeError, ScheduleError, CostError, OSError) as exc:
+        print(f"stalled_steps: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 1
     finally:
         lock.release()
     if kept[True]:

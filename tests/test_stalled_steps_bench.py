@@ -42,3 +42,11 @@ def test_bad_flags_get_one_line_and_exit_2(tmp_path, capsys, flags):
         bench.main(["--out", str(tmp_path), *flags])
     assert exc.value.code == 2
     assert "--steps at least 4" in capsys.readouterr().err
+
+
+def test_a_run_directory_that_cannot_be_made_is_one_line_and_exit_1(tmp_path, monkeypatch, capsys):
+    bench = load_script(SCRIPT)
+    monkeypatch.setattr(bench, "LOCK", str(tmp_path / "cpu.lock"))
+    assert bench.main(["--out", "/proc/no-such-dir", "--runs", "1"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("stalled_steps: ") and "/proc/no-such-dir" in err[0]
