@@ -531,17 +531,21 @@ def calibrate_runs(runs: Sequence[MeasuredRun], idle_share: float | None = None)
     `fit_idle_share`). Elsewhere the share plays no part."""
     if not runs:
         raise CostError("calibrate needs at least one run")
-    fits = [TransferFits.of(run) for run in runs]
-    if idle_share is not None:
-        return calibrate_at_share(runs, fits, idle_share)
-    if all(shared_cores(run) is None for run in runs):
-        return calibrate_at_share(runs, fits, 0.0)
-    chosen, tried = choose_share(lambda share: calibrate_at_share(runs, fits, share),
-                                 lambda calibration: replay_error(calibration.for_run, runs))
-    calibration = tried[chosen][1]
-    choice = {"by": "step times", "share": chosen, "cells_share": fit_idle_share(*map(typical_steps, runs)),
-              "replay_error": {f"{s:.2f}": tried[s][0] for s in sorted(tried)}}
-    return replace(calibration, diagnostics={**calibration.diagnostics, "idle_share_choice": choice})
+    typical = [typical_steps(run) for run in runs]  # every fit reads these; the replays, the whole runs
+    fits = [TransferFits.of(run) for run in typical]
+    noted = {}
+    far = {str(run.path): far_out_steps(run) for run in runs}
+    if any(far.values()):
+        noted["far_out_steps"] = far
+    if idle_share is not None or all(shared_cores(run) is None for run in runs):
+        calibration = calibrate_at_share(typical, fits, 0.0 if idle_share is None else idle_share)
+    else:
+        chosen, tried = choose_share(lambda share: calibrate_at_share(typical, fits, share),
+                                     lambda calibration: replay_error(calibration.for_run, runs))
+        calibration = tried[chosen][1]
+        noted["idle_share_choice"] = {"by": "step times", "share": chosen, "cells_share": fit_idle_share(*typical),
+                                      "replay_error": {f"{s:.2f}": tried[s][0] for s in sorted(tried)}}
+    return replace(calibration, diagnostics={**calibration.diagnostics, **noted}) if noted else calibration
 
 
 def far_out_steps(run: MeasuredRun) -> list[int]:
@@ -576,20 +580,18 @@ class TransferFits:
     def of(cls, run: MeasuredRun) -> "TransferFits":
         # clock-aligned once: the overheads, latency and spread all read them; the load term
         # only where ranks share cores (module docstring)
-        run = typical_steps(run)
         transfers = tuple(transfer_rows(run, loads=shared_cores(run) is not None))
         law = transfer_fit(transfers)
         return cls(transfers, law, *executor_overheads(run, transfers, law))
 
 
 def calibrate_at_share(runs: Sequence[MeasuredRun], fits: Sequence[TransferFits], idle: float) -> Calibration:
-    """`calibrate_runs` with each run's share-independent fits given (`TransferFits.of`, in the
-    order of `runs`) and every run's compute taken under the idle share `idle`, so that a
-    choice among shares fits the transfers once."""
+    """`calibrate_runs`' fit of `runs` (already without their far-out steps: `typical_steps`)
+    with each run's share-independent fits given (`TransferFits.of`, in the order of `runs`)
+    and every run's compute taken under the idle share `idle`, so that a choice among shares
+    fits the transfers once."""
     if not runs:
         raise CostError("calibrate needs at least one run")
-    far = {str(run.path): far_out_steps(run) for run in runs}
-    runs = [typical_steps(run) for run in runs]
     post = fit_post_overhead(*runs)  # one slope for all: a single run often cannot show it
     fitted = [_fit_one(run, found, idle, post) for run, found in zip(runs, fits)]
     first = fitted[0][0]
@@ -605,8 +607,6 @@ def calibrate_at_share(runs: Sequence[MeasuredRun], fits: Sequence[TransferFits]
                           transfer_spread=spread_quantiles(pooled[1]), rank_spread=spread_quantiles(pooled[2]),
                           step_spread=spread_quantiles(pooled[3]), step_overhead_spread=spread_quantiles(pooled[4]),
                           idle_share=idle, post_overhead=post)
-    if any(far.values()):
-        calibration = replace(calibration, diagnostics={**calibration.diagnostics, "far_out_steps": far})
     return calibration
 
 
