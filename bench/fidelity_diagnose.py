@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 from schedules.errors import ScheduleError  # noqa: E402
 from schedules.ir import COMPUTE_NAMES, SEND_NAMES  # noqa: E402
 from sim.costs import CostError  # noqa: E402
-from sim.calibration import calibrate_runs, compute_frame  # noqa: E402
+from sim.calibration import calibrate, compute_frame  # noqa: E402
 from sim.engine import Compiled, _COMPUTE, compile_program, replay  # noqa: E402
 from sim.measured import read_measured  # noqa: E402
 
@@ -62,7 +62,7 @@ def replay_with(compiled: Compiled, resolved, durations: list[list[float]]) -> f
 
 def diagnose(path: str) -> None:
     run = read_measured(path)
-    cal = calibrate_runs([run])  # as `sim calibrate` fits it
+    cal = calibrate(run)  # as `sim calibrate` fits it
     costs = cal.for_run(run)
     program = run.program
     resolved = costs.for_schedule(program.schedule)

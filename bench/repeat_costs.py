@@ -25,7 +25,7 @@ import pandas as pd  # noqa: E402
 
 from schedules.analysis import places, run_lengths  # noqa: E402
 from schedules.errors import ScheduleError  # noqa: E402
-from sim.calibration import Calibration, calibrate_runs, compute_frame  # noqa: E402
+from sim.calibration import Calibration, calibrate, calibrate_runs, compute_frame  # noqa: E402
 from sim.costs import CostError  # noqa: E402
 from sim.measured import read_measured  # noqa: E402
 
@@ -36,7 +36,7 @@ def repeat_table(path: str, calibration: Calibration | None) -> pd.DataFrame:
     """One row per (kind, stage, run-length class) of the run's later-place compute actions: count,
     measured mean (us), and the cost `calibration` (default: the run's own) charges for it (us)."""
     run = read_measured(path)
-    calibration = calibration or calibrate_runs([run])
+    calibration = calibration or calibrate(run)
     costs = calibration.for_run(run).for_schedule(run.program.schedule)
     per_kind = {"F": costs.forward, "B": costs.backward, "I": costs.input, "W": costs.weight}
     frame = compute_frame(run, calibration.idle_share)  # on a core of its own under the model's share

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fidelity import LOCK, CpuLock, launch, torchrun  # noqa: E402
 import sim.calibration as calibration_module  # noqa: E402
 from schedules import ScheduleError  # noqa: E402
-from sim.calibration import calibrate_runs  # noqa: E402
+from sim.calibration import calibrate  # noqa: E402
 from sim.costs import CostError  # noqa: E402
 from sim.comparison import compare_run, step_spread  # noqa: E402
 from sim.measured import read_measured  # noqa: E402
@@ -40,10 +40,10 @@ NOISY = 0.5  # as tests/test_calibrate_runtime.py: beyond it the median step its
 def self_replay(run, fence: bool) -> float:
     """The signed step-time error of `run` replayed by its own calibration, fitted with or without the fence."""
     if fence:
-        calibration = calibrate_runs([run])
+        calibration = calibrate(run)
     else:
         with mock.patch.object(calibration_module, "far_out_steps", lambda run: []):
-            calibration = calibrate_runs([run])
+            calibration = calibrate(run)
     return compare_run(run, calibration.for_run(run), calibration.dispatch_overhead)[0].step_time_error
 
 

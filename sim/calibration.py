@@ -146,7 +146,7 @@ Fitted parameters (seconds unless noted), each from the statistic named:
 
 **Far-out steps** (`far_out_steps`): a step whose time lies beyond Tukey's far-out fence
 (Q3 + 3 IQR of the run's step times; a run of four or more steps) is one the machine stalled,
-and every fit above reads the run without it (`typical_steps`); the report names them and
+and every fit above reads the run without it (`calibrate_runs`); the report names them and
 the quality still replays the whole run. It fences off fewer than a quarter of the steps: with
 more stalled, Q3 is itself a stalled step's time. On two shared cores 2-3 ms steps of a 1F1B run at
 m=2 turned into 5-8 ms ones, 1-4 of 20, each holding one 3-4 ms gap on one rank (a posting
@@ -531,12 +531,13 @@ def calibrate_runs(runs: Sequence[MeasuredRun], idle_share: float | None = None)
     `fit_idle_share`). Elsewhere the share plays no part."""
     if not runs:
         raise CostError("calibrate needs at least one run")
-    typical = [typical_steps(run) for run in runs]  # every fit reads these; the replays, the whole runs
+    far = [far_out_steps(run) for run in runs]
+    # every fit reads the runs without their far-out steps; the replays read the whole runs
+    typical = [run.with_steps([s for s in run.steps if s not in out]) if out else run for run, out in zip(runs, far)]
     fits = [TransferFits.of(run) for run in typical]
     noted = {}
-    far = {str(run.path): far_out_steps(run) for run in runs}
-    if any(far.values()):
-        noted["far_out_steps"] = far
+    if any(far):
+        noted["far_out_steps"] = {str(run.path): out for run, out in zip(runs, far)}
     if idle_share is not None or all(shared_cores(run) is None for run in runs):
         calibration = calibrate_at_share(typical, fits, 0.0 if idle_share is None else idle_share)
     else:
@@ -556,12 +557,6 @@ def far_out_steps(run: MeasuredRun) -> list[int]:
         return []
     q1, q3 = np.quantile(times, [0.25, 0.75])
     return [step for step, t in zip(run.steps, times) if t > q3 + 3 * (q3 - q1)]
-
-
-def typical_steps(run: MeasuredRun) -> MeasuredRun:
-    """`run` without its far-out steps (`far_out_steps`), what every fit reads."""
-    far = far_out_steps(run)
-    return run.with_steps([s for s in run.steps if s not in far]) if far else run
 
 
 @dataclass(frozen=True)
@@ -586,7 +581,7 @@ class TransferFits:
 
 
 def calibrate_at_share(runs: Sequence[MeasuredRun], fits: Sequence[TransferFits], idle: float) -> Calibration:
-    """`calibrate_runs`' fit of `runs` (already without their far-out steps: `typical_steps`)
+    """`calibrate_runs`' fit of `runs` (already without their far-out steps: `far_out_steps`)
     with each run's share-independent fits given (`TransferFits.of`, in the order of `runs`)
     and every run's compute taken under the idle share `idle`, so that a choice among shares
     fits the transfers once."""
