@@ -766,8 +766,6 @@ def full_speed(step: np.ndarray, start: np.ndarray, end: np.ndarray, cores: int,
     return out
 
 
-
-
 def first_posts(run: MeasuredRun) -> list[int]:
     """Per rank, the receives the executor posts before its first action (schedules.posting)."""
     return [posted_first(stream, run.post_ahead) for stream in run.program.streams]
