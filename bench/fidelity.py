@@ -47,6 +47,10 @@ whose steps are dealt out in turn (bench/alternate_runs.py; ``--rewarm`` unmeasu
 each turn, so that a measured step starts on its own warm caches): a calibration and the runs it
 predicts then share the machine's every second, and the error left is the model's, not the
 machine's drift between launches. The noise floor still compares different launches (rounds).
+
+``--with-gpipe`` adds a fourth calibration run per round, GPipe at m = 2p with the same profiles,
+and the ``four`` calibration (the three and it): GPipe's phases are the runs of repeats that tell
+the switch's decay (sim.calibration); the three runs cannot.
 """
 
 from __future__ import annotations
@@ -93,12 +97,15 @@ CHUNKS = {"interleaved": 2}
 # A 1F1B run (F, B), a ZB-H1 run (F, I, W) and an interleaved run (stages of half the size, two
 # per rank): the three together give in-run costs at two stage sizes (sim.calibration, several runs).
 CALIBRATION_SCHEDULES = ("1f1b", "zb-h1", "interleaved")
+# With --with-gpipe, a GPipe run at m = 2p too: its phases are runs of 2p repeats, which tell how
+# a repeat sheds the switch cost (sim.calibration, switch decay); the three runs hold 2 at most.
+REPEATS_SCHEDULE = "gpipe"
 LOCK = "/work/wt/cpu.lock"
 # Calibrations whose predictions are also made at each held-out run's own compute level
 # (`sim.comparison`: the costs scaled so that the program's compute is what the run measured),
 # which separates a change of the machine's speed, or a mispriced action, from the model's
 # miss in how actions overlap, wait and spread.
-AT_LEVEL = ("three", "pooled")
+AT_LEVEL = ("three", "pooled", "four")
 
 
 def group_name(model: str, rows: int, p: int) -> str:
@@ -249,6 +256,8 @@ def main() -> int:
     parser.add_argument("--calibration-steps", type=int, default=48)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--reuse", action="store_true")
+    parser.add_argument("--with-gpipe", action="store_true",
+                        help="a GPipe m=2p calibration run per round too, and the 'four' calibration")
     parser.add_argument("--alternate", action="store_true",
                         help="make each round's runs in one launch, their steps alternated (bench/alternate_runs.py)")
     parser.add_argument("--rewarm", type=int, default=None,
@@ -278,7 +287,7 @@ def main() -> int:
         for k in range(args.rounds):
             suffix = "" if k == 0 else f"-r{k}"
             calibrating = [Case(base / f"calibrate-{s}{suffix}", s, 2 * p, args.calibration_steps, True)
-                           for s in CALIBRATION_SCHEDULES]
+                           for s in CALIBRATION_SCHEDULES + ((REPEATS_SCHEDULE,) if args.with_gpipe else ())]
             held_out = [Case(base / f"{s}-m{m}{suffix}", s, m, args.steps, False) for s, m in cases]
             if args.alternate:
                 run_alternated(base / f"alternate{suffix}.json", calibrating + held_out, model, rows, p, args.warmup,
@@ -286,11 +295,14 @@ def main() -> int:
             else:
                 for case in calibrating + held_out:
                     run_case(case, model, rows, p, args.warmup, args.reuse, lock)
-            trio = [read_measured(c.out) for c in calibrating]
+            made = [read_measured(c.out) for c in calibrating]
+            trio = made[:len(CALIBRATION_SCHEDULES)]
             own_runs.append(trio)
             rounds.append({"1f1b": assess(calibrate_runs(trio[:1]), trio[:1]),
                            "1f1b+zb-h1": assess(calibrate_runs(trio[:2]), trio[:2]),
                            "three": assess(calibrate_runs(trio), trio)})
+            if args.with_gpipe:
+                rounds[-1]["four"] = assess(calibrate_runs(made), made)
             for (schedule, m), c in zip(cases, held_out):
                 measured[(schedule, m)].append(read_measured(c.out))
         lock.release()

@@ -41,6 +41,15 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   place where some hold both, then c and f by alternating least squares (`fit_cells`).
   Calibrating on the stages' switching cost alone, as before, left a 1F1B run at m = 2 9.5%
   short of itself: its rank 0 repeats B, so the only switching B was the cheap first one.
+- **switch_decay_forward / switch_decay_backward** (`choose_decays`): a repeat does not shed
+  the switch at once; the k-th action of a run of its stage and kind pays switch x
+  decay^(k - 1) (sim.costs), so the cells above are (stage, place class, run length) and
+  switching x 1 becomes decay^(k - 1). One decay per kind for all the runs calibrated together:
+  the one under which `fit_cells` fits their cells best (weighted least squares, a grid over
+  0..0.9 refined by golden-section search), taken over the runs that can tell it: those with a
+  stage holding repeats at two run lengths or more at one place class (GPipe's phases; at p=4
+  1F1B's warm-up F and cool-down B) and a core per rank (`choose_decays` says why); 0 where
+  none can, which is the model without it.
 - **duration_spread**: how compute actions vary around their typical cost (a makespan is a
   max over paths, so the spread makes it longer than a replay of typical costs): each
   action's duration over its typical cost (mean over steps of its cell's step mean) times its
@@ -200,12 +209,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from schedules.analysis import places, switches
+from schedules.analysis import places, run_lengths, switches
 from schedules.ir import COMPUTE_NAMES, RECV_NAMES, SEND_NAMES, Kind
 from schedules.posting import posted_before, posted_first
 from schedules.stages import ROLES, balanced_layers, role_of
 
-from .costs import HANDOVER_MEMORY, CostError, CostModel, processor_share
+from .costs import HANDOVER_MEMORY, CostError, CostModel, processor_share, switch_share
 from .measured import MeasuredRun
 from .share_choice import IDLE_SHARES, choose_share, replay_error
 from .transfers import (TransferRow, early_receive_times, transfer_fit, transfer_residuals, transfer_rows,
@@ -275,6 +284,9 @@ class Calibration:
     post_ahead: int | str = 0  # where the calibrated run posted its receives (summary.json's post_ahead)
     # sim.costs.HANDOVER_MEMORY name -> fit: the stages' input and output storages (sim.handover)
     handover_memory: Mapping[str, LinearCost] = field(default_factory=dict)
+    # the share of its switch the k-th action of a run of repeats pays is decay^(k - 1) (sim.costs)
+    switch_decay_forward: float = 0.0
+    switch_decay_backward: float = 0.0
 
     # ------------------------------------------------------------------ prediction
     def for_stages(self, num_stages: int) -> CostModel:
@@ -356,6 +368,8 @@ class Calibration:
             post_ahead=self.post_ahead,
             switch_forward=self.switch_forward,
             switch_backward=self.switch_backward,
+            switch_decay_forward=self.switch_decay_forward,
+            switch_decay_backward=self.switch_decay_backward,
             place_factors={k: v for k, v in self.place_factors.items() if k in times},
             duration_spread=self.duration_spread,
             transfer_spread=self.transfer_spread,
@@ -409,7 +423,10 @@ class Calibration:
                 lines.append(f"  {kind}: {fit.per_layer * 1e3:.3f} ms per layer; fixed per action (ms): {fixed}; "
                              f"run/profile speed ratio {self.speed_ratio[kind]:.3f}")
         lines.append(f"  switch (action not repeating its rank's previous one): F +{us(self.switch_forward)}, "
-                     f"B/I/W +{us(self.switch_backward)}")
+                     f"B/I/W +{us(self.switch_backward)}; the k-th of a run of repeats pays decay^(k-1) of it, "
+                     f"decay F {self.switch_decay_forward:.2f}, B/I/W {self.switch_decay_backward:.2f}"
+                     + ("" if self.switch_decay_forward or self.switch_decay_backward else
+                        " (no run here repeats a stage at two lengths beyond 1: not told)"))
         if self.place_factors:
             places = "; ".join(f"{k} " + " ".join(f"x{x:.3f}" for x in v) for k, v in self.place_factors.items() if v)
             lines.append(f"  a stage's first actions of a kind in a step (cost over the later ones'): {places}")
@@ -588,7 +605,8 @@ def calibrate_at_share(runs: Sequence[MeasuredRun], fits: Sequence[TransferFits]
     if not runs:
         raise CostError("calibrate needs at least one run")
     post = fit_post_overhead(*runs)  # one slope for all: a single run often cannot show it
-    fitted = [_fit_one(run, found, idle, post) for run, found in zip(runs, fits)]
+    decays = choose_decays(runs, [found.dispatch for found in fits], idle)  # one per kind for all
+    fitted = [_fit_one(run, found, idle, post, decays) for run, found in zip(runs, fits)]
     first = fitted[0][0]
     for run, (c, _) in zip(runs[1:], fitted[1:]):
         if dict(c.model) != dict(first.model) or c.rows != first.rows:
@@ -625,7 +643,7 @@ def _combine(calibrations: list[Calibration], runs: Sequence[MeasuredRun]) -> Ca
         compute = in_run_fits(points, profiled)
     scalars = {name: mean(getattr(c, name) for c in calibrations) for name in (
         "dispatch_overhead", "switch_forward", "switch_backward", "send_overhead", "recv_overhead",
-        "step_overhead", "p2p_latency", "p2p_load_latency")}
+        "step_overhead", "p2p_latency", "p2p_load_latency", "switch_decay_forward", "switch_decay_backward")}
     inverse = [1.0 / c.p2p_bandwidth for c in calibrations]
     bandwidth = math.inf if not any(inverse) else 1.0 / mean(inverse)
     ratio = {k: mean(c.speed_ratio[k] for c in calibrations if k in c.speed_ratio)
@@ -663,16 +681,19 @@ def quality_lines(quality: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _fit_one(run: MeasuredRun, fits: TransferFits, idle: float, post: float = 0.0
+def _fit_one(run: MeasuredRun, fits: TransferFits, idle: float, post: float = 0.0,
+             decays: Mapping[str, float] | None = None
              ) -> tuple[Calibration, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
     """Every parameter fitted from one run, and the run's compute, transfer, rank, step and
     step overhead spread residuals (no quality yet); where its ranks shared cores, its compute
     taken with a rank not computing taking `idle` of a core (`fit_idle_share`, over every run
     calibrated with it); `post` the cost of a receive posted before a rank's first action
-    (`fit_post_overhead`), whose simulated lead leaves the step overhead."""
+    (`fit_post_overhead`), whose simulated lead leaves the step overhead; `decays` the switch's
+    decay over a run of repeats per kind (`choose_decays`, over every run calibrated with it)."""
     schedule = run.program.schedule
     transfers, law, dispatch, send, recv = fits.transfers, fits.law, fits.dispatch, fits.send, fits.recv
-    measured, switch, places = compute_costs(run, dispatch, idle)
+    decays = decays or {}
+    measured, switch, places = compute_costs(run, dispatch, idle, decays)
     stages = run_stages(run, measured)
     diagnostics: dict[str, Any] = {}
     compute = activation = weight_memory = None
@@ -710,6 +731,8 @@ def _fit_one(run: MeasuredRun, fits: TransferFits, idle: float, post: float = 0.
         dispatch_overhead=dispatch,
         switch_forward=switch.get("F", 0.0),
         switch_backward=switch.get("B", switch.get("I", 0.0)),
+        switch_decay_forward=decays.get("F", 0.0),
+        switch_decay_backward=decays.get("B", decays.get("I", 0.0)),
         send_overhead=send,
         recv_overhead=recv,
         step_overhead=step_overhead,
@@ -904,8 +927,9 @@ def spread_residuals(run: MeasuredRun, idle: float | None = None) -> np.ndarray:
 
 def typical_costs(frame: pd.DataFrame) -> pd.DataFrame:
     """`frame` (compute_frame) with each action's typical duration: the mean over steps of
-    the step's mean duration of its stage, kind, switching and place class."""
-    keys = ["stage", "kind", "switch", "place"]
+    the step's mean duration of its stage, kind, run length and place class (the cells of
+    `compute_costs`: what the model tells apart is no spread)."""
+    keys = ["stage", "kind", "length", "place"]
     typical = frame.groupby(keys + ["step"])["duration"].mean().groupby(level=[0, 1, 2, 3]).mean()
     return frame.join(typical.rename("typical"), on=keys)
 
@@ -1031,32 +1055,27 @@ def fit_p2p(run: MeasuredRun, transfers: Sequence[TransferRow], law: tuple[float
     return max(idle - boundary / bandwidth, 0.0), bandwidth, load
 
 
-def compute_costs(run: MeasuredRun, dispatch: float, idle: float | None = None
+def compute_costs(run: MeasuredRun, dispatch: float, idle: float | None = None,
+                  decays: Mapping[str, float] | None = None
                   ) -> tuple[dict[str, list[float]], dict[str, float], dict[str, tuple[float, ...]]]:
     """Per compute kind present: each stage's cost of a switching action at a later place,
-    what switching adds, and the factors of a stage's first places in a step (module docstring).
+    what switching adds, and the factors of a stage's first places in a step (module docstring),
+    under `decays` (kind -> the share of the switch a repeat keeps per repeat, default none:
+    sim.costs, `choose_decays`).
 
-    Cells are (stage, place class, switching): the place class is the action's place
-    (schedules.analysis.places) up to `later_place` (at m = 1 there are no factors). A cell's value is the mean over
+    Cells are (stage, place class, run length): the place class is the action's place
+    (schedules.analysis.places) up to `later_place` (at m = 1 there are no factors), the run
+    length schedules.analysis.run_lengths. A cell's value is the mean over
     steps of its actions' mean duration in the step (a step's length adds them up, and the
     spreads below are scaled to mean 1 around these), plus `dispatch` (the simulated action
     holds the loop's gap, which the measured row leaves out). The model value = c[stage] x
-    f[class] + switch x switching, f = 1 for later actions, is fitted by `fit_cells`.
+    f[class] + switch x decay^(length - 1), f = 1 for later actions, is fitted by `fit_cells`.
     """
-    frame = compute_frame(run, idle)
-    top = later_place(run)
-    frame["duration"] += dispatch
     costs, extra, factors = {}, {}, {}
     n = run.program.schedule.num_stages
-    for kind in COMPUTE_NAMES:
-        rows = frame[frame["kind"] == kind]
-        if not len(rows):
-            continue
-        per_step = rows.groupby(["stage", "place", "switch", "step"])["duration"].agg(["mean", "size"])
-        cells = per_step.groupby(level=[0, 1, 2]).agg(value=("mean", "mean"), weight=("size", "median"))
-        fit = fit_cells(Cells(cells.index.get_level_values(0).to_numpy(), cells.index.get_level_values(1).to_numpy(),
-                              cells.index.get_level_values(2).to_numpy().astype(bool), cells["value"].to_numpy(),
-                              cells["weight"].to_numpy()), top)
+    top = later_place(run)
+    for kind, cells in kind_cells(run, dispatch, idle).items():
+        fit = fit_cells(cells, top, (decays or {}).get(kind, 0.0))
         costs[kind] = [fit.stage_cost[st] + fit.switch - dispatch if st in fit.stage_cost else 0.0 for st in range(n)]
         extra[kind] = fit.switch
         if top > 0:
@@ -1064,29 +1083,64 @@ def compute_costs(run: MeasuredRun, dispatch: float, idle: float | None = None
     return costs, extra, factors
 
 
+def kind_cells(run: MeasuredRun, dispatch: float, idle: float | None = None) -> dict[str, "Cells"]:
+    """Per compute kind the run holds, its cells (`compute_costs`)."""
+    frame = compute_frame(run, idle)
+    frame["duration"] += dispatch
+    out = {}
+    for kind in COMPUTE_NAMES:
+        rows = frame[frame["kind"] == kind]
+        if not len(rows):
+            continue
+        per_step = rows.groupby(["stage", "place", "length", "step"])["duration"].agg(["mean", "size"])
+        cells = per_step.groupby(level=[0, 1, 2]).agg(value=("mean", "mean"), weight=("size", "median"))
+        out[kind] = Cells(cells.index.get_level_values(0).to_numpy(), cells.index.get_level_values(1).to_numpy(),
+                          cells.index.get_level_values(2).to_numpy().astype(int), cells["value"].to_numpy(),
+                          cells["weight"].to_numpy())
+    return out
+
+
 @dataclass(frozen=True)
 class Cells:
-    """One kind's cells (`compute_costs`), one entry per (stage, place class, switching)."""
+    """One kind's cells (`compute_costs`), one entry per (stage, place class, run length)."""
     stage: np.ndarray
     place: np.ndarray
-    switching: np.ndarray
+    length: np.ndarray  # schedules.analysis.run_lengths: 1 switches
     value: np.ndarray
     weight: np.ndarray  # actions per step in the cell
+
+    def tells_decay(self) -> bool:
+        """Whether the cells can tell how fast a run of repeats sheds the switch: some stage and
+        place class hold repeats at two or more run lengths (a GPipe phase; at p = 2 a 1F1B,
+        ZB-H1 or interleaved run at m = 2p holds runs of 2 at most)."""
+        repeats = self.length >= 2
+        pairs = set(zip(self.stage[repeats].tolist(), self.place[repeats].tolist(), self.length[repeats].tolist()))
+        groups = [(st, q) for st, q, _ in pairs]
+        return len(groups) > len(set(groups))
+
+    def residual(self, fit: "CellFit", decay: float) -> float:
+        """Weighted sum of squared differences between the cells' values and `fit` under `decay`."""
+        share = np.array([switch_share(decay, k) for k in self.length.tolist()])
+        model = np.array([fit.stage_cost[st] for st in self.stage.tolist()]) * np.asarray(fit.factors)[self.place] \
+            + fit.switch * share
+        return float(np.sum(self.weight * (self.value - model) ** 2))
 
 
 @dataclass(frozen=True)
 class CellFit:
     """`fit_cells`' answer for one kind."""
-    stage_cost: dict[int, float]  # c[stage]: a repeating action's cost at a later place
+    stage_cost: dict[int, float]  # c[stage]: the cost at a later place of an action deep in a run
     switch: float
     factors: tuple[float, ...]  # f[place class], the last (later places) 1
 
 
-def fit_cells(cells: Cells, top: int) -> CellFit:
-    """value = c[stage] x f[place] + switch x switching, f = 1 for later places, switch >= 0.
+def fit_cells(cells: Cells, top: int, decay: float = 0.0) -> CellFit:
+    """value = c[stage] x f[place] + switch x decay^(length - 1), f = 1 for later places,
+    switch >= 0 (decay 0: a repeat pays none of the switch).
 
-    Where a stage and place class hold both switching and repeating actions, the switch is
-    their difference (weighted mean over such pairs), fixed before c and f are fitted. Fitted
+    Where a stage and place class hold actions of more than one share of the switch (switching
+    and repeating ones), the switch is fitted from those differences alone (least squares within
+    each such stage and place class), fixed before c and f are fitted. Fitted
     jointly with them instead, it acted as a constant added to almost every cell (in a ZB-H1
     run all W but one switch), which c x f then offset: c went negative, f to x8 and x0.08,
     and the run replayed 57% long. Where no such pair exists (1F1B's F: only stage 0's
@@ -1095,17 +1149,19 @@ def fit_cells(cells: Cells, top: int) -> CellFit:
     the cell's actions per step (each step's length adds them up): (c, switch) given f, then
     each f given c.
     """
-    differences, weights = [], []
+    flag = np.array([switch_share(decay, k) for k in cells.length.tolist()])
+    across, within = 0.0, 0.0
     for st, q in sorted(set(zip(cells.stage.tolist(), cells.place.tolist()))):
         here = (cells.stage == st) & (cells.place == q)
-        on, off = here & cells.switching, here & ~cells.switching
-        if on.any() and off.any():
-            differences.append(float(cells.value[on][0] - cells.value[off][0]))
-            weights.append(float(cells.weight[on][0] + cells.weight[off][0]))
-    direct = max(float(np.average(differences, weights=weights)), 0.0) if differences else None
+        if len(np.unique(flag[here])) < 2:
+            continue
+        w, g, v = cells.weight[here], flag[here], cells.value[here]
+        g_bar, v_bar = np.average(g, weights=w), np.average(v, weights=w)
+        across += float(np.sum(w * (g - g_bar) * (v - v_bar)))
+        within += float(np.sum(w * (g - g_bar) ** 2))
+    direct = max(across / within, 0.0) if within > 0 else None
     stages = np.unique(cells.stage)
-    joint = direct is None and any(len(np.unique(cells.switching[cells.stage == st])) == 2 for st in stages)
-    flag = cells.switching.astype(float)
+    joint = direct is None and any(len(np.unique(flag[cells.stage == st])) >= 2 for st in stages)
     root = np.sqrt(cells.weight)
     f = np.ones(top + 1)
     switch = direct or 0.0
@@ -1136,6 +1192,59 @@ def fit_cells(cells: Cells, top: int) -> CellFit:
     return CellFit({int(st): float(x) for st, x in zip(stages, c)}, switch, tuple(float(x) for x in f))
 
 
+DECAY_GRID = tuple(x / 10 for x in range(10))  # 0, 0.1, ..., 0.9; then refined between neighbours
+DECAY_REFINE = 24  # golden-section steps: the bracket shrinks to 0.2 x 0.618^24, about 2e-6
+
+
+def choose_decays(runs: Sequence[MeasuredRun], dispatch: Sequence[float], idle: float | None = None
+                  ) -> dict[str, float]:
+    """Per compute kind: the decay of the switch over a run of repeats (sim.costs) that fits the
+    cells of `runs` best (least squares over the runs that can tell it, `Cells.tells_decay`,
+    each run fitted by `fit_cells` at that decay); 0 where none can. `dispatch[i]` is run i's
+    dispatch overhead. A grid, then golden-section search between the best point's neighbours.
+
+    A run whose ranks shared cores (`shared_cores`) tells none: its repeats come in warm-up and
+    cool-down, where fewer ranks compute, and their durations on a core of their own are read
+    through the sharing model, whose miss there is of the decay's size. Sweep 13's mlp 8 rows
+    p=4 three-run calibrations told decays of 0.81-0.92 with switches 3x as large, and
+    predicted the held-out runs worse (mean |error| 6.5% against 6.3%; ZBV +15-17% in round 2);
+    with its GPipe m=4 run added the idle share moved (to 0.3 and 1.0) and 1F1B m=4 came out
+    +25-27% (README, "Repeated actions")."""
+    told: dict[str, list[tuple[Cells, int]]] = {}
+    for run, gap in zip(runs, dispatch):
+        if shared_cores(run) is not None:
+            continue
+        top = later_place(run)
+        for kind, cells in kind_cells(run, gap, idle).items():
+            if cells.tells_decay():
+                told.setdefault(kind, []).append((cells, top))
+    out = {}
+    for kind, sets in told.items():
+        def loss(decay: float) -> float:
+            return sum(cells.residual(fit_cells(cells, top, decay), decay) for cells, top in sets)
+
+        grid = [loss(x) for x in DECAY_GRID]
+        best = int(np.argmin(grid))
+        low, high = DECAY_GRID[max(best - 1, 0)], min(DECAY_GRID[min(best + 1, len(DECAY_GRID) - 1)], 0.99)
+        if best == len(DECAY_GRID) - 1:
+            high = 0.99
+        ratio = (math.sqrt(5) - 1) / 2
+        a, b = high - ratio * (high - low), low + ratio * (high - low)
+        la, lb = loss(a), loss(b)
+        for _ in range(DECAY_REFINE):
+            if la <= lb:
+                high, b, lb = b, a, la
+                a = high - ratio * (high - low)
+                la = loss(a)
+            else:
+                low, a, la = a, b, lb
+                b = low + ratio * (high - low)
+                lb = loss(b)
+        refined = (a, la) if la <= lb else (b, lb)
+        out[kind] = refined[0] if refined[1] < grid[best] else DECAY_GRID[best]
+    return out
+
+
 def later_place(run: MeasuredRun) -> int:
     """The place class of a stage's later actions in the run: min(PLACES, m - 1), so that every
     stage keeps at least one action in it (places below it get factors)."""
@@ -1147,12 +1256,14 @@ def _compute_rows(run: MeasuredRun) -> pd.DataFrame:
     timeline = run.timeline
     top = later_place(run)
     flags = [switches(stream) for stream in run.program.streams]
+    lengths = [run_lengths(stream) for stream in run.program.streams]
     order = [places(stream) for stream in run.program.streams]
     position = timeline.groupby(["step", "rank"]).cumcount().to_numpy()
     ranks = timeline["rank"].to_numpy()
     frame = pd.DataFrame({
         "step": timeline["step"], "rank": timeline["rank"], "stage": timeline["stage"], "kind": timeline["kind"],
         "switch": [flags[r][i] for r, i in zip(ranks, position)],
+        "length": [lengths[r][i] for r, i in zip(ranks, position)],
         "place": [min(order[r][i], top) for r, i in zip(ranks, position)],
         "duration": timeline["end"] - timeline["start"],
     })
@@ -1161,7 +1272,7 @@ def _compute_rows(run: MeasuredRun) -> pd.DataFrame:
 
 def compute_frame(run: MeasuredRun, idle: float | None = None) -> pd.DataFrame:
     """The run's compute rows: step, rank, stage, kind, switch (schedules.analysis.switches),
-    place class (schedules.analysis.places up to `later_place`) and duration (seconds; for
+    length (schedules.analysis.run_lengths), place class (schedules.analysis.places up to `later_place`) and duration (seconds; for
     ranks that shared fewer cores than there were ranks, `full_speed` with `idle` the share of
     a core a rank not computing takes, default the run's own `fit_idle_share`)."""
     frame = _compute_rows(run)

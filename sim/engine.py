@@ -18,7 +18,9 @@ Semantics (times are integer nanoseconds, so results are exact and deterministic
   after putting the tensor on the link, a RECV ends no earlier than ``recv_overhead``
   after the rank reached it, and a compute action that does not repeat the stage and
   kind of its rank's previous compute action costs ``switch_forward`` (F) or
-  ``switch_backward`` (B, I, W) more; the first actions of a stage and kind in a step
+  ``switch_backward`` (B, I, W) more, and the k-th action of a run of repeats that switch
+  times ``switch_decay_forward`` / ``switch_decay_backward`` to the power k - 1 (sim.costs:
+  caches warm over several repeats); the first actions of a stage and kind in a step
   (schedules.analysis.places) cost their stage cost times their ``place_factors``;
   a rank starts its stream ``post_overhead`` times the receives it posts before its first
   action later (``post_ahead``, schedules.posting.posted_first; every receive of its step
@@ -62,11 +64,11 @@ import math
 import simpy
 
 from schedules import Action, Kind, Program, Schedule, ScheduleError, lower
-from schedules.analysis import places, switches
+from schedules.analysis import places, run_lengths
 from schedules.ir import Direction, transfer_count
 from schedules.posting import posted_first
 
-from .costs import CostModel, ResolvedCosts, processor_share, spread_factors
+from .costs import CostModel, ResolvedCosts, processor_share, spread_factors, switch_share
 from .handover import adjustments
 from .result import RankRecord, SimResult
 
@@ -130,32 +132,30 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
     schedule = program.schedule
     s2r = schedule.stage_to_rank
     p, m, n = schedule.ranks, schedule.microbatches, schedule.num_stages
-    def table(durations, switch, alloc, free):
-        """Per stage: (op when the action repeats the previous compute action, op when it
-        switches: schedules.analysis.switches)."""
-        return [
-            ((_COMPUTE, durations[s], alloc[s], free[s]), (_COMPUTE, durations[s] + switch, alloc[s], free[s]))
-            for s in range(n)
-        ]
-
     zero = [0] * n
     kept = costs.weight_memory
+    forward, backward = costs.switch_decay_forward, costs.switch_decay_backward
     columns = {
-        Kind.F: (costs.forward, costs.switch_forward, costs.memory, zero),
-        Kind.B: (costs.backward, costs.switch_backward, zero, costs.memory),
+        Kind.F: (costs.forward, costs.switch_forward, forward, costs.memory, zero),
+        Kind.B: (costs.backward, costs.switch_backward, backward, zero, costs.memory),
         # I frees what W does not need, or allocates what W needs beyond F's activations (the
         # output gradients a split backward keeps: sim.costs).
-        Kind.I: (costs.input, costs.switch_backward, [max(k - m, 0) for m, k in zip(costs.memory, kept)],
+        Kind.I: (costs.input, costs.switch_backward, backward, [max(k - m, 0) for m, k in zip(costs.memory, kept)],
                  [max(m - k, 0) for m, k in zip(costs.memory, kept)]),
-        Kind.W: (costs.weight, costs.switch_backward, zero, kept),
+        Kind.W: (costs.weight, costs.switch_backward, backward, zero, kept),
     }
-    compute = {kind: table(*column) for kind, column in columns.items()}
     placed = dict(costs.place_factors)  # kind -> factors of a stage's first actions of that kind in a step
+    # (kind, stage, run length) -> op of a later place; a repeat's share of the switch rounds to
+    # 0 ns after a few actions, so the table stays small.
+    later: dict[tuple[Kind, int, int], tuple[int, ...]] = {}
 
-    def first_op(kind: Kind, stage: int, place: int, switch: bool) -> tuple[int, ...]:
-        durations, extra, alloc, free = columns[kind]
-        time = round(durations[stage] * placed[kind][place]) + (extra if switch else 0)
-        return (_COMPUTE, time, alloc[stage], free[stage])
+    def compute_op(kind: Kind, stage: int, place: int, length: int) -> tuple[int, ...]:
+        """The op of a compute action (place: schedules.analysis.places; length:
+        schedules.analysis.run_lengths)."""
+        durations, switch, decay, alloc, free = columns[kind]
+        factors = placed.get(kind, ())
+        base = round(durations[stage] * factors[place]) if place < len(factors) else durations[stage]
+        return (_COMPUTE, base + round(switch * switch_share(decay, length)), alloc[stage], free[stage])
 
     durations = {Direction.FORWARD: costs.send_forward, Direction.BACKWARD: costs.send_backward}
     # What a SEND/RECV compiles to depends on its stage and kind, and its microbatch only
@@ -165,7 +165,7 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
     for rank, stream in enumerate(program.streams):
         row = []
         append = row.append
-        for action, switch, place in zip(stream, switches(stream), places(stream)):
+        for action, length, place in zip(stream, run_lengths(stream), places(stream)):
             kind, stage, mb = action.kind, action.stage, action.microbatch
             if kind is Kind.REDUCE_GRAD and 0 <= stage < n:
                 append((_REDUCE, costs.reduce_grad[stage]))
@@ -174,13 +174,15 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
                 raise ScheduleError(
                     f"rank {rank}: {action} is outside stages 0..{n - 1} or microbatches 0..{m - 1}"
                 )
-            choices = compute.get(kind)
-            if choices is not None:
-                factors = placed.get(kind)
-                if factors is not None and place < len(factors):
-                    append(first_op(kind, stage, place, switch))
+            if kind in columns:
+                if place < len(placed.get(kind, ())):
+                    append(compute_op(kind, stage, place, length))
                 else:
-                    append(choices[stage][switch])
+                    key = (kind, stage, length)
+                    op = later.get(key)
+                    if op is None:
+                        op = later[key] = compute_op(kind, stage, place, length)
+                    append(op)
                 continue
             key = (stage, kind)
             if key not in comm:
