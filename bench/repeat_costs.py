@@ -3,13 +3,15 @@
     python bench/repeat_costs.py RUN_DIR [RUN_DIR ...] [--calibrate-on RUN_DIR ...]
 
 The simulator charges a compute action its stage's cost plus a switch cost when its rank's
-previous compute action had another stage or kind (sim.costs), so the second action of a run
-of repeats already costs what the hundredth does. This prints, per run, kind and stage, the
+previous compute action had another stage or kind, and from the third action of a run of
+repeats on its stage cost times a repeat factor (sim.costs.repeat_factor: 1 where the
+calibration's runs cannot tell the discount, as three runs at m = 2p cannot; a GPipe run can).
+This prints, per run, kind and stage, the
 in-run mean duration of the actions at place 2 or later (the third action of its stage and kind
 in the step on, so that the first actions' own factors stay out) by **run length**: 1 (the
 action switches), 2 (the second in a row) and 3 or more, each beside what the calibration of the
-run itself charges for it (`sim calibrate`'s fit: the stage's cost, plus the switch for
-run length 1). A 1F1B, ZB-H1 or interleaved run at m = 2p has runs of length 1 and 2 only; a GPipe run
+run itself charges for it (`sim calibrate`'s fit: the stage's cost times the repeat factor at
+the action's run length, plus the switch for run length 1). A 1F1B, ZB-H1 or interleaved run at m = 2p has runs of length 1 and 2 only; a GPipe run
 has long ones. README's "Repeated actions" quotes these numbers.
 """
 
@@ -26,7 +28,7 @@ import pandas as pd  # noqa: E402
 from schedules.analysis import places, run_lengths  # noqa: E402
 from schedules.errors import ScheduleError  # noqa: E402
 from sim.calibration import Calibration, calibrate, calibrate_runs, compute_frame  # noqa: E402
-from sim.costs import CostError  # noqa: E402
+from sim.costs import CostError, repeat_factor  # noqa: E402
 from sim.measured import read_measured  # noqa: E402
 
 FIRST_LATER_PLACE = 2
@@ -44,17 +46,22 @@ def repeat_table(path: str, calibration: Calibration | None) -> pd.DataFrame:
     ranks = frame["rank"].to_numpy()
     lengths = [run_lengths(s) for s in run.program.streams]
     raw_places = [places(s) for s in run.program.streams]
-    frame["length"] = [min(lengths[r][i], 3) for r, i in zip(ranks, position)]
+    exact = [lengths[r][i] for r, i in zip(ranks, position)]
+    frame["length"] = [min(k, 3) for k in exact]
+    discount = {"F": costs.repeat_discount_forward}
+    # ns; the simulated action holds the loop's dispatch gap, which the measured row leaves out
+    frame["modelled"] = [
+        (per_kind[kind][stage] * repeat_factor(discount.get(kind, costs.repeat_discount_backward), k)
+         + ((costs.switch_forward if kind == "F" else costs.switch_backward) if k == 1 else 0)) / 1e9
+        for kind, stage, k in zip(frame["kind"], frame["stage"], exact)]
     frame = frame[[raw_places[r][i] >= FIRST_LATER_PLACE for r, i in zip(ranks, position)]]
     dispatch = calibration.dispatch_overhead
     rows = []
     for (kind, stage, length), cell in frame.groupby(["kind", "stage", "length"]):
-        switch = costs.switch_forward if kind == "F" else costs.switch_backward
-        # ns; the simulated action holds the loop's dispatch gap, which the measured row leaves out
-        modelled = (per_kind[kind][stage] + (switch if length == 1 else 0)) / 1e9 - dispatch
         rows.append({"run": Path(path).name, "kind": kind, "stage": int(stage),
                      "length": "3+" if length == 3 else str(length), "actions": len(cell),
-                     "measured_us": 1e6 * float(cell["duration"].mean()), "modelled_us": 1e6 * modelled})
+                     "measured_us": 1e6 * float(cell["duration"].mean()),
+                     "modelled_us": 1e6 * (float(cell["modelled"].mean()) - dispatch)})
     return pd.DataFrame(rows)
 
 

@@ -41,15 +41,16 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   place where some hold both, then c and f by alternating least squares (`fit_cells`).
   Calibrating on the stages' switching cost alone, as before, left a 1F1B run at m = 2 9.5%
   short of itself: its rank 0 repeats B, so the only switching B was the cheap first one.
-- **switch_decay_forward / switch_decay_backward** (`choose_decays`): a repeat does not shed
-  the switch at once; the k-th action of a run of its stage and kind pays switch x
-  decay^(k - 1) (sim.costs), so the cells above are (stage, place class, run length) and
-  switching x 1 becomes decay^(k - 1). One decay per kind for all the runs calibrated together:
-  the one under which `fit_cells` fits their cells best (weighted least squares, a grid over
-  0..0.9 refined by golden-section search), taken over the runs that can tell it: those with a
-  stage holding repeats at two run lengths or more at one place class (GPipe's phases; at p=4
-  1F1B's warm-up F and cool-down B) and a core per rank (`choose_decays` says why); 0 where
-  none can, which is the model without it.
+- **repeat_discount_forward / repeat_discount_backward** (`choose_discounts`): repeats keep
+  getting cheaper over a long run; the k-th action of a run of its stage and kind costs its
+  stage cost times 1 - discount x (1 - 1 / (k - 1)) from k = 3 on (sim.costs), so the cells
+  above are (stage, place class, run length) and c[stage] x f[class] is times that factor. One
+  discount per kind for all the runs calibrated together: the one under which `fit_cells` fits
+  their cells best (weighted least squares; a grid over 0..0.9, refined by golden-section
+  search), taken over the runs that can tell it, those with a stage holding repeats at two run
+  lengths or more at one place class (GPipe's phases; at p=4 1F1B's warm-up F and cool-down B),
+  each action valued as above or, where ranks shared cores, at its thread CPU time
+  (`choose_discounts` says why); 0 where none can, which is the model without it.
 - **duration_spread**: how compute actions vary around their typical cost (a makespan is a
   max over paths, so the spread makes it longer than a replay of typical costs): each
   action's duration over its typical cost (mean over steps of its cell's step mean) times its
@@ -214,7 +215,7 @@ from schedules.ir import COMPUTE_NAMES, RECV_NAMES, SEND_NAMES, Kind
 from schedules.posting import posted_before, posted_first
 from schedules.stages import ROLES, balanced_layers, role_of
 
-from .costs import HANDOVER_MEMORY, CostError, CostModel, processor_share, switch_share
+from .costs import HANDOVER_MEMORY, CostError, CostModel, processor_share, repeat_factor
 from .measured import MeasuredRun
 from .share_choice import IDLE_SHARES, choose_share, replay_error
 from .transfers import (TransferRow, early_receive_times, transfer_fit, transfer_residuals, transfer_rows,
@@ -284,9 +285,9 @@ class Calibration:
     post_ahead: int | str = 0  # where the calibrated run posted its receives (summary.json's post_ahead)
     # sim.costs.HANDOVER_MEMORY name -> fit: the stages' input and output storages (sim.handover)
     handover_memory: Mapping[str, LinearCost] = field(default_factory=dict)
-    # the share of its switch the k-th action of a run of repeats pays is decay^(k - 1) (sim.costs)
-    switch_decay_forward: float = 0.0
-    switch_decay_backward: float = 0.0
+    # what a long run of repeats saves of the stage cost (sim.costs.repeat_factor)
+    repeat_discount_forward: float = 0.0
+    repeat_discount_backward: float = 0.0
 
     # ------------------------------------------------------------------ prediction
     def for_stages(self, num_stages: int) -> CostModel:
@@ -368,8 +369,8 @@ class Calibration:
             post_ahead=self.post_ahead,
             switch_forward=self.switch_forward,
             switch_backward=self.switch_backward,
-            switch_decay_forward=self.switch_decay_forward,
-            switch_decay_backward=self.switch_decay_backward,
+            repeat_discount_forward=self.repeat_discount_forward,
+            repeat_discount_backward=self.repeat_discount_backward,
             place_factors={k: v for k, v in self.place_factors.items() if k in times},
             duration_spread=self.duration_spread,
             transfer_spread=self.transfer_spread,
@@ -423,10 +424,12 @@ class Calibration:
                 lines.append(f"  {kind}: {fit.per_layer * 1e3:.3f} ms per layer; fixed per action (ms): {fixed}; "
                              f"run/profile speed ratio {self.speed_ratio[kind]:.3f}")
         lines.append(f"  switch (action not repeating its rank's previous one): F +{us(self.switch_forward)}, "
-                     f"B/I/W +{us(self.switch_backward)}; the k-th of a run of repeats pays decay^(k-1) of it, "
-                     f"decay F {self.switch_decay_forward:.2f}, B/I/W {self.switch_decay_backward:.2f}"
-                     + ("" if self.switch_decay_forward or self.switch_decay_backward else
-                        " (no run here repeats a stage at two lengths beyond 1: not told)"))
+                     f"B/I/W +{us(self.switch_backward)}")
+        lines.append(f"  a long run of repeats saves (the k-th from k=3: x(1 - discount x (1 - 1/(k-1)))): "
+                     f"F {100 * self.repeat_discount_forward:.1f}%, B/I/W {100 * self.repeat_discount_backward:.1f}%"
+                     + ("" if self.repeat_discount_forward or self.repeat_discount_backward else
+                        " (not told: no run here repeats a stage at two run lengths in one place class, as a "
+                        "GPipe run at m = 2p does)"))
         if self.place_factors:
             places = "; ".join(f"{k} " + " ".join(f"x{x:.3f}" for x in v) for k, v in self.place_factors.items() if v)
             lines.append(f"  a stage's first actions of a kind in a step (cost over the later ones'): {places}")
@@ -605,8 +608,8 @@ def calibrate_at_share(runs: Sequence[MeasuredRun], fits: Sequence[TransferFits]
     if not runs:
         raise CostError("calibrate needs at least one run")
     post = fit_post_overhead(*runs)  # one slope for all: a single run often cannot show it
-    decays = choose_decays(runs, [found.dispatch for found in fits], idle)  # one per kind for all
-    fitted = [_fit_one(run, found, idle, post, decays) for run, found in zip(runs, fits)]
+    discounts = choose_discounts(runs, [found.dispatch for found in fits], idle)  # one per kind for all
+    fitted = [_fit_one(run, found, idle, post, discounts) for run, found in zip(runs, fits)]
     first = fitted[0][0]
     for run, (c, _) in zip(runs[1:], fitted[1:]):
         if dict(c.model) != dict(first.model) or c.rows != first.rows:
@@ -643,7 +646,8 @@ def _combine(calibrations: list[Calibration], runs: Sequence[MeasuredRun]) -> Ca
         compute = in_run_fits(points, profiled)
     scalars = {name: mean(getattr(c, name) for c in calibrations) for name in (
         "dispatch_overhead", "switch_forward", "switch_backward", "send_overhead", "recv_overhead",
-        "step_overhead", "p2p_latency", "p2p_load_latency", "switch_decay_forward", "switch_decay_backward")}
+        "step_overhead", "p2p_latency", "p2p_load_latency", "repeat_discount_forward",
+        "repeat_discount_backward")}
     inverse = [1.0 / c.p2p_bandwidth for c in calibrations]
     bandwidth = math.inf if not any(inverse) else 1.0 / mean(inverse)
     ratio = {k: mean(c.speed_ratio[k] for c in calibrations if k in c.speed_ratio)
@@ -682,18 +686,18 @@ def quality_lines(quality: Mapping[str, Any]) -> list[str]:
 
 
 def _fit_one(run: MeasuredRun, fits: TransferFits, idle: float, post: float = 0.0,
-             decays: Mapping[str, float] | None = None
+             discounts: Mapping[str, float] | None = None
              ) -> tuple[Calibration, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
     """Every parameter fitted from one run, and the run's compute, transfer, rank, step and
     step overhead spread residuals (no quality yet); where its ranks shared cores, its compute
     taken with a rank not computing taking `idle` of a core (`fit_idle_share`, over every run
     calibrated with it); `post` the cost of a receive posted before a rank's first action
-    (`fit_post_overhead`), whose simulated lead leaves the step overhead; `decays` the switch's
-    decay over a run of repeats per kind (`choose_decays`, over every run calibrated with it)."""
+    (`fit_post_overhead`), whose simulated lead leaves the step overhead; `discounts` what a long
+    run of repeats saves, per kind (`choose_discounts`, over every run calibrated with it)."""
     schedule = run.program.schedule
     transfers, law, dispatch, send, recv = fits.transfers, fits.law, fits.dispatch, fits.send, fits.recv
-    decays = decays or {}
-    measured, switch, places = compute_costs(run, dispatch, idle, decays)
+    discounts = discounts or {}
+    measured, switch, places = compute_costs(run, dispatch, idle, discounts)
     stages = run_stages(run, measured)
     diagnostics: dict[str, Any] = {}
     compute = activation = weight_memory = None
@@ -731,8 +735,8 @@ def _fit_one(run: MeasuredRun, fits: TransferFits, idle: float, post: float = 0.
         dispatch_overhead=dispatch,
         switch_forward=switch.get("F", 0.0),
         switch_backward=switch.get("B", switch.get("I", 0.0)),
-        switch_decay_forward=decays.get("F", 0.0),
-        switch_decay_backward=decays.get("B", decays.get("I", 0.0)),
+        repeat_discount_forward=discounts.get("F", 0.0),
+        repeat_discount_backward=discounts.get("B", discounts.get("I", 0.0)),
         send_overhead=send,
         recv_overhead=recv,
         step_overhead=step_overhead,
@@ -1056,12 +1060,12 @@ def fit_p2p(run: MeasuredRun, transfers: Sequence[TransferRow], law: tuple[float
 
 
 def compute_costs(run: MeasuredRun, dispatch: float, idle: float | None = None,
-                  decays: Mapping[str, float] | None = None
+                  discounts: Mapping[str, float] | None = None
                   ) -> tuple[dict[str, list[float]], dict[str, float], dict[str, tuple[float, ...]]]:
     """Per compute kind present: each stage's cost of a switching action at a later place,
     what switching adds, and the factors of a stage's first places in a step (module docstring),
-    under `decays` (kind -> the share of the switch a repeat keeps per repeat, default none:
-    sim.costs, `choose_decays`).
+    under `discounts` (kind -> what a long run of repeats saves, default none: sim.costs,
+    `choose_discounts`).
 
     Cells are (stage, place class, run length): the place class is the action's place
     (schedules.analysis.places) up to `later_place` (at m = 1 there are no factors), the run
@@ -1069,13 +1073,14 @@ def compute_costs(run: MeasuredRun, dispatch: float, idle: float | None = None,
     steps of its actions' mean duration in the step (a step's length adds them up, and the
     spreads below are scaled to mean 1 around these), plus `dispatch` (the simulated action
     holds the loop's gap, which the measured row leaves out). The model value = c[stage] x
-    f[class] + switch x decay^(length - 1), f = 1 for later actions, is fitted by `fit_cells`.
+    f[class] x repeat_factor(length) + switch x [length = 1], f = 1 for later actions, is fitted
+    by `fit_cells`.
     """
     costs, extra, factors = {}, {}, {}
     n = run.program.schedule.num_stages
     top = later_place(run)
     for kind, cells in kind_cells(run, dispatch, idle).items():
-        fit = fit_cells(cells, top, (decays or {}).get(kind, 0.0))
+        fit = fit_cells(cells, top, (discounts or {}).get(kind, 0.0))
         costs[kind] = [fit.stage_cost[st] + fit.switch - dispatch if st in fit.stage_cost else 0.0 for st in range(n)]
         extra[kind] = fit.switch
         if top > 0:
@@ -1083,9 +1088,16 @@ def compute_costs(run: MeasuredRun, dispatch: float, idle: float | None = None,
     return costs, extra, factors
 
 
-def kind_cells(run: MeasuredRun, dispatch: float, idle: float | None = None) -> dict[str, "Cells"]:
-    """Per compute kind the run holds, its cells (`compute_costs`)."""
+def kind_cells(run: MeasuredRun, dispatch: float, idle: float | None = None, cpu: bool = False
+               ) -> dict[str, "Cells"]:
+    """Per compute kind the run holds, its cells (`compute_costs`); with `cpu`, each action valued
+    at its thread CPU time (cpu.csv, which a wait for a core does not count) instead of its
+    duration on a core of its own under the sharing model."""
     frame = compute_frame(run, idle)
+    if cpu:
+        keyed = run.timeline.loc[frame.index, ["step", "rank", "action"]].reset_index().merge(
+            run.cpu, on=["step", "rank", "action"], how="inner", validate="one_to_one").set_index("index")
+        frame = frame.loc[keyed.index].assign(duration=keyed["thread_cpu"])
     frame["duration"] += dispatch
     out = {}
     for kind in COMPUTE_NAMES:
@@ -1109,38 +1121,38 @@ class Cells:
     value: np.ndarray
     weight: np.ndarray  # actions per step in the cell
 
-    def tells_decay(self) -> bool:
-        """Whether the cells can tell how fast a run of repeats sheds the switch: some stage and
-        place class hold repeats at two or more run lengths (a GPipe phase; at p = 2 a 1F1B,
-        ZB-H1 or interleaved run at m = 2p holds runs of 2 at most)."""
+    def tells_discount(self) -> bool:
+        """Whether the cells can tell what a long run of repeats saves: some stage and place class
+        hold repeats at two or more run lengths (a GPipe phase; at p = 2 a 1F1B, ZB-H1 or
+        interleaved run at m = 2p holds runs of 2 at most)."""
         repeats = self.length >= 2
         pairs = set(zip(self.stage[repeats].tolist(), self.place[repeats].tolist(), self.length[repeats].tolist()))
         groups = [(st, q) for st, q, _ in pairs]
         return len(groups) > len(set(groups))
 
-    def residual(self, fit: "CellFit", decay: float) -> float:
-        """Weighted sum of squared differences between the cells' values and `fit` under `decay`."""
-        share = np.array([switch_share(decay, k) for k in self.length.tolist()])
+    def residual(self, fit: "CellFit", discount: float) -> float:
+        """Weighted sum of squared differences between the cells' values and `fit` under `discount`."""
+        repeat = np.array([repeat_factor(discount, k) for k in self.length.tolist()])
         model = np.array([fit.stage_cost[st] for st in self.stage.tolist()]) * np.asarray(fit.factors)[self.place] \
-            + fit.switch * share
+            * repeat + fit.switch * (self.length == 1)
         return float(np.sum(self.weight * (self.value - model) ** 2))
 
 
 @dataclass(frozen=True)
 class CellFit:
     """`fit_cells`' answer for one kind."""
-    stage_cost: dict[int, float]  # c[stage]: the cost at a later place of an action deep in a run
+    stage_cost: dict[int, float]  # c[stage]: a repeating action's cost at a later place, second in its run
     switch: float
     factors: tuple[float, ...]  # f[place class], the last (later places) 1
 
 
-def fit_cells(cells: Cells, top: int, decay: float = 0.0) -> CellFit:
-    """value = c[stage] x f[place] + switch x decay^(length - 1), f = 1 for later places,
-    switch >= 0 (decay 0: a repeat pays none of the switch).
+def fit_cells(cells: Cells, top: int, discount: float = 0.0) -> CellFit:
+    """value = c[stage] x f[place] x r(length) + switch x [length = 1], f = 1 for later places,
+    r = sim.costs.repeat_factor at `discount` (1 up to the second of a run), switch >= 0.
 
-    Where a stage and place class hold actions of more than one share of the switch (switching
-    and repeating ones), the switch is fitted from those differences alone (least squares within
-    each such stage and place class), fixed before c and f are fitted. Fitted
+    Where a stage and place class hold both switching and repeating actions, the switch is
+    their difference (each repeating cell taken back to r = 1; weighted mean over such pairs),
+    fixed before c and f are fitted. Fitted
     jointly with them instead, it acted as a constant added to almost every cell (in a ZB-H1
     run all W but one switch), which c x f then offset: c went negative, f to x8 and x0.08,
     and the run replayed 57% long. Where no such pair exists (1F1B's F: only stage 0's
@@ -1149,25 +1161,26 @@ def fit_cells(cells: Cells, top: int, decay: float = 0.0) -> CellFit:
     the cell's actions per step (each step's length adds them up): (c, switch) given f, then
     each f given c.
     """
-    flag = np.array([switch_share(decay, k) for k in cells.length.tolist()])
-    across, within = 0.0, 0.0
+    repeat = np.array([repeat_factor(discount, k) for k in cells.length.tolist()])
+    switching = cells.length == 1
+    differences, weights = [], []
     for st, q in sorted(set(zip(cells.stage.tolist(), cells.place.tolist()))):
         here = (cells.stage == st) & (cells.place == q)
-        if len(np.unique(flag[here])) < 2:
-            continue
-        w, g, v = cells.weight[here], flag[here], cells.value[here]
-        g_bar, v_bar = np.average(g, weights=w), np.average(v, weights=w)
-        across += float(np.sum(w * (g - g_bar) * (v - v_bar)))
-        within += float(np.sum(w * (g - g_bar) ** 2))
-    direct = max(across / within, 0.0) if within > 0 else None
+        on, off = here & switching, here & ~switching
+        if on.any() and off.any():
+            back = np.average(cells.value[off] / repeat[off], weights=cells.weight[off])
+            differences.append(float(cells.value[on][0] - back))
+            weights.append(float(cells.weight[on][0] + cells.weight[off].sum()))
+    direct = max(float(np.average(differences, weights=weights)), 0.0) if differences else None
     stages = np.unique(cells.stage)
-    joint = direct is None and any(len(np.unique(flag[cells.stage == st])) >= 2 for st in stages)
+    joint = direct is None and any(len(np.unique(switching[cells.stage == st])) == 2 for st in stages)
+    flag = switching.astype(float)
     root = np.sqrt(cells.weight)
     f = np.ones(top + 1)
     switch = direct or 0.0
     for _ in range(50):
         design = np.zeros((len(cells.value), len(stages) + 1))
-        design[np.arange(len(cells.value)), np.searchsorted(stages, cells.stage)] = f[cells.place]
+        design[np.arange(len(cells.value)), np.searchsorted(stages, cells.stage)] = f[cells.place] * repeat
         design[:, -1] = flag
         columns = list(range(len(stages))) + ([len(stages)] if joint else [])
         target = cells.value - (0.0 if joint else switch) * flag
@@ -1181,7 +1194,7 @@ def fit_cells(cells: Cells, top: int, decay: float = 0.0) -> CellFit:
             switch = float(coef[-1]) if len(columns) > len(stages) else 0.0
         before = f.copy()
         y = cells.value - switch * flag
-        scale = c[np.searchsorted(stages, cells.stage)]
+        scale = c[np.searchsorted(stages, cells.stage)] * repeat
         for q in range(top):
             here = cells.place == q
             denominator = np.sum(cells.weight[here] * scale[here] ** 2)
@@ -1192,46 +1205,43 @@ def fit_cells(cells: Cells, top: int, decay: float = 0.0) -> CellFit:
     return CellFit({int(st): float(x) for st, x in zip(stages, c)}, switch, tuple(float(x) for x in f))
 
 
-DECAY_GRID = tuple(x / 10 for x in range(10))  # 0, 0.1, ..., 0.9; then refined between neighbours
-DECAY_REFINE = 24  # golden-section steps: the bracket shrinks to 0.2 x 0.618^24, about 2e-6
+DISCOUNT_GRID = tuple(x / 20 for x in range(19))  # 0, 0.05, ..., 0.9; then refined between neighbours
+DISCOUNT_REFINE = 24  # golden-section steps: the bracket shrinks to 0.1 x 0.618^24, about 1e-6
 
 
-def choose_decays(runs: Sequence[MeasuredRun], dispatch: Sequence[float], idle: float | None = None
-                  ) -> dict[str, float]:
-    """Per compute kind: the decay of the switch over a run of repeats (sim.costs) that fits the
-    cells of `runs` best (least squares over the runs that can tell it, `Cells.tells_decay`,
-    each run fitted by `fit_cells` at that decay); 0 where none can. `dispatch[i]` is run i's
+def choose_discounts(runs: Sequence[MeasuredRun], dispatch: Sequence[float], idle: float | None = None
+                     ) -> dict[str, float]:
+    """Per compute kind: what a long run of repeats saves (sim.costs.repeat_factor) that fits the
+    cells of `runs` best (least squares over the runs that can tell it, `Cells.tells_discount`,
+    each run fitted by `fit_cells` at that discount); 0 where none can. `dispatch[i]` is run i's
     dispatch overhead. A grid, then golden-section search between the best point's neighbours.
 
-    A run whose ranks shared cores (`shared_cores`) tells none: its repeats come in warm-up and
-    cool-down, where fewer ranks compute, and their durations on a core of their own are read
-    through the sharing model, whose miss there is of the decay's size. Sweep 13's mlp 8 rows
-    p=4 three-run calibrations told decays of 0.81-0.92 with switches 3x as large, and
-    predicted the held-out runs worse (mean |error| 6.5% against 6.3%; ZBV +15-17% in round 2);
-    with its GPipe m=4 run added the idle share moved (to 0.3 and 1.0) and 1F1B m=4 came out
-    +25-27% (README, "Repeated actions")."""
+    A run whose ranks shared cores (`shared_cores`) tells it by its actions' thread CPU time
+    (cpu.csv), or not at all without one: its repeats come in warm-up and cool-down, where fewer
+    ranks compute, and their durations on a core of their own, read through the sharing model,
+    carry that model's miss there, of the discount's size.
+    """
     told: dict[str, list[tuple[Cells, int]]] = {}
     for run, gap in zip(runs, dispatch):
-        if shared_cores(run) is not None:
+        shared = shared_cores(run) is not None
+        if shared and run.cpu is None:
             continue
         top = later_place(run)
-        for kind, cells in kind_cells(run, gap, idle).items():
-            if cells.tells_decay():
+        for kind, cells in kind_cells(run, gap, idle, cpu=shared).items():
+            if cells.tells_discount():
                 told.setdefault(kind, []).append((cells, top))
     out = {}
     for kind, sets in told.items():
-        def loss(decay: float) -> float:
-            return sum(cells.residual(fit_cells(cells, top, decay), decay) for cells, top in sets)
+        def loss(discount: float) -> float:
+            return sum(cells.residual(fit_cells(cells, top, discount), discount) for cells, top in sets)
 
-        grid = [loss(x) for x in DECAY_GRID]
+        grid = [loss(x) for x in DISCOUNT_GRID]
         best = int(np.argmin(grid))
-        low, high = DECAY_GRID[max(best - 1, 0)], min(DECAY_GRID[min(best + 1, len(DECAY_GRID) - 1)], 0.99)
-        if best == len(DECAY_GRID) - 1:
-            high = 0.99
+        low, high = DISCOUNT_GRID[max(best - 1, 0)], DISCOUNT_GRID[min(best + 1, len(DISCOUNT_GRID) - 1)]
         ratio = (math.sqrt(5) - 1) / 2
         a, b = high - ratio * (high - low), low + ratio * (high - low)
         la, lb = loss(a), loss(b)
-        for _ in range(DECAY_REFINE):
+        for _ in range(DISCOUNT_REFINE):
             if la <= lb:
                 high, b, lb = b, a, la
                 a = high - ratio * (high - low)
@@ -1241,7 +1251,7 @@ def choose_decays(runs: Sequence[MeasuredRun], dispatch: Sequence[float], idle: 
                 b = low + ratio * (high - low)
                 lb = loss(b)
         refined = (a, la) if la <= lb else (b, lb)
-        out[kind] = refined[0] if refined[1] < grid[best] else DECAY_GRID[best]
+        out[kind] = refined[0] if refined[1] < grid[best] else DISCOUNT_GRID[best]
     return out
 
 

@@ -57,12 +57,14 @@ compute action was of another stage or kind, or which is its rank's first: on a 
 the caches then hold another working set (another stage's weights, or the forward's
 data where the backward needs gradients). Stage costs are those of an action that
 repeats the previous one (GPipe's phases); 1F1B's steady state switches every action.
-A repeat does not shed the whole switch at once: the k-th action of a run of its stage and
-kind (schedules.analysis.run_lengths; k = 1 switches) pays ``switch x decay^(k - 1)``,
-``switch_decay_forward`` for F and ``switch_decay_backward`` for B, I and W (default 0: a
-repeat pays none of it). Stage costs are then those of an action deep in a run. On the CPU
-executor GPipe's third and later F cost 0.70-0.98 of what a switching F implies less the
-switch, its second still most of the switch (README, "Repeated actions").
+Repeats keep getting cheaper over a long run: the k-th action of a run of its stage and kind
+(schedules.analysis.run_lengths; k = 1 switches) costs its stage cost times ``1 - discount x
+(1 - 1 / (k - 1))`` from k = 3 on (`repeat_factor`: half the discount at the third, two thirds
+at the fourth, all of it deep in a run), ``repeat_discount_forward`` for F and
+``repeat_discount_backward`` for B, I and W (default 0: every repeat costs the stage cost).
+On the CPU executor GPipe's third and later F cost 0.70-0.98 of the second's (README,
+"Repeated actions"); a multiple of the stage cost, it scales with the stage's work, so that
+half-size stages (interleaved, V) repeat at the same ratio.
 ``place_factors`` maps a compute kind (``"F"``, ``"B"``, ``"I"``, ``"W"``) to factors for the
 first actions of a stage and that kind in a step (schedules.analysis.places): the k-th
 such action costs its stage cost times factor k (then the switch cost, if it switches),
@@ -186,10 +188,11 @@ def _as_values(name: str, value: Any, allow_none: bool = False) -> Number | tupl
     return _number(name, value)
 
 
-def switch_share(decay: float, length: int) -> float:
-    """The share of its switch cost a compute action pays as the `length`-th action of a run of
-    its stage and kind (schedules.analysis.run_lengths; 1 switches and pays it all)."""
-    return 1.0 if length <= 1 else decay ** (length - 1)
+def repeat_factor(discount: float, length: int) -> float:
+    """What a compute action costs, over its stage cost, as the `length`-th action of a run of its
+    stage and kind (schedules.analysis.run_lengths): 1 up to the second, then 1 - discount x
+    (1 - 1 / (length - 1))."""
+    return 1.0 if length <= 2 else 1.0 - discount * (1.0 - 1.0 / (length - 1))
 
 
 def _number(name: str, value: Any) -> float:
@@ -214,8 +217,8 @@ class ResolvedCosts:
     bytes kept from I until W; `handover[s]`: the storage stage s shares with stage s-1 on
     one rank (sim.handover), None if none; `static[r]`: static bytes of rank r; `send_overhead`,
     `recv_overhead`, `step_overhead`, `switch_forward`, `switch_backward`: the executor
-    overheads of the cost model; `switch_decay_forward`, `switch_decay_backward`: what of the
-    switch a repeat still pays (`switch_share`); `post_overhead` (ns per receive) and `post_ahead`
+    overheads of the cost model; `repeat_discount_forward`, `repeat_discount_backward`: what a
+    long run of repeats saves (`repeat_factor`); `post_overhead` (ns per receive) and `post_ahead`
     (schedules.posting.PostAhead): what a rank posts before its first action and what that
     costs; `place_factors`: per compute kind, the factors of the first
     actions of a stage in a step; `spread`, `transfer_spread`, `rank_spread`, `step_spread`,
@@ -238,8 +241,8 @@ class ResolvedCosts:
     step_overhead: int = 0
     switch_forward: int = 0
     switch_backward: int = 0
-    switch_decay_forward: float = 0.0
-    switch_decay_backward: float = 0.0
+    repeat_discount_forward: float = 0.0
+    repeat_discount_backward: float = 0.0
     place_factors: tuple[tuple[Kind, tuple[float, ...]], ...] = ()
     spread: tuple[float, ...] = ()
     transfer_spread: tuple[float, ...] = ()
@@ -287,9 +290,9 @@ class CostModel:
     post_overhead (rank time per receive posted before a rank's first action, placed by
     post_ahead: a count of compute actions or "step", default 0: each at its RECV),
     switch_forward / switch_backward (added to an F / a B, I or W that does not repeat
-    its rank's previous compute action's stage and kind), switch_decay_forward /
-    switch_decay_backward (0 <= decay < 1: the share of the switch the k-th action of a run
-    still pays is decay^(k - 1)); place_factors (kind name -> factors
+    its rank's previous compute action's stage and kind), repeat_discount_forward /
+    repeat_discount_backward (0 <= discount < 1: the k-th action of a run of repeats costs its
+    stage cost times 1 - discount x (1 - 1 / (k - 1)) from k = 3); place_factors (kind name -> factors
     of the first actions of a stage and kind in a step, module docstring).
     Spread (module docstring): duration_spread, transfer_spread, rank_spread, step_spread and
     step_overhead_spread (relative factors of compute times, transfer times, a rank's compute in
@@ -320,8 +323,8 @@ class CostModel:
     step_overhead: float = 0.0
     switch_forward: float = 0.0
     switch_backward: float = 0.0
-    switch_decay_forward: float = 0.0
-    switch_decay_backward: float = 0.0
+    repeat_discount_forward: float = 0.0
+    repeat_discount_backward: float = 0.0
     place_factors: Mapping[str, Sequence[float]] | tuple = ()
     duration_spread: Sequence[float] = ()
     transfer_spread: Sequence[float] = ()
@@ -352,10 +355,10 @@ class CostModel:
         for name in ("p2p_latency", "p2p_load_latency", "send_overhead", "recv_overhead", "step_overhead",
                      "post_overhead", "switch_forward", "switch_backward"):
             object.__setattr__(self, name, _number(name, getattr(self, name)))
-        for name in ("switch_decay_forward", "switch_decay_backward"):
-            decay = getattr(self, name)
-            if isinstance(decay, bool) or not isinstance(decay, (int, float)) or not 0.0 <= decay < 1.0:
-                raise CostError(f"{name} must be a number from 0 up to (not including) 1, got {decay!r}")
+        for name in ("repeat_discount_forward", "repeat_discount_backward"):
+            discount = getattr(self, name)
+            if isinstance(discount, bool) or not isinstance(discount, (int, float)) or not 0.0 <= discount < 1.0:
+                raise CostError(f"{name} must be a number from 0 up to (not including) 1, got {discount!r}")
         bandwidth = self.p2p_bandwidth
         if isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float)) or not bandwidth > 0:
             raise CostError(f"p2p_bandwidth must be a number > 0 (bytes/s), got {bandwidth!r}")
@@ -486,8 +489,8 @@ class CostModel:
             step_overhead=round(self.step_overhead * NS_PER_S),
             switch_forward=round(self.switch_forward * NS_PER_S),
             switch_backward=round(self.switch_backward * NS_PER_S),
-            switch_decay_forward=float(self.switch_decay_forward),
-            switch_decay_backward=float(self.switch_decay_backward),
+            repeat_discount_forward=float(self.repeat_discount_forward),
+            repeat_discount_backward=float(self.repeat_discount_backward),
             place_factors=tuple((Kind(k), v) for k, v in self.place_factors),
             spread=self.duration_spread,
             transfer_spread=self.transfer_spread,

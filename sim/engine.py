@@ -18,9 +18,9 @@ Semantics (times are integer nanoseconds, so results are exact and deterministic
   after putting the tensor on the link, a RECV ends no earlier than ``recv_overhead``
   after the rank reached it, and a compute action that does not repeat the stage and
   kind of its rank's previous compute action costs ``switch_forward`` (F) or
-  ``switch_backward`` (B, I, W) more, and the k-th action of a run of repeats that switch
-  times ``switch_decay_forward`` / ``switch_decay_backward`` to the power k - 1 (sim.costs:
-  caches warm over several repeats); the first actions of a stage and kind in a step
+  ``switch_backward`` (B, I, W) more, and the k-th action of a run of repeats costs its
+  stage cost times ``repeat_factor`` (sim.costs: ``repeat_discount_forward`` /
+  ``repeat_discount_backward``, caches warm over several repeats); the first actions of a stage and kind in a step
   (schedules.analysis.places) cost their stage cost times their ``place_factors``;
   a rank starts its stream ``post_overhead`` times the receives it posts before its first
   action later (``post_ahead``, schedules.posting.posted_first; every receive of its step
@@ -68,7 +68,7 @@ from schedules.analysis import places, run_lengths
 from schedules.ir import Direction, transfer_count
 from schedules.posting import posted_first
 
-from .costs import CostModel, ResolvedCosts, processor_share, spread_factors, switch_share
+from .costs import CostModel, ResolvedCosts, processor_share, spread_factors, repeat_factor
 from .handover import adjustments
 from .result import RankRecord, SimResult
 
@@ -134,7 +134,7 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
     p, m, n = schedule.ranks, schedule.microbatches, schedule.num_stages
     zero = [0] * n
     kept = costs.weight_memory
-    forward, backward = costs.switch_decay_forward, costs.switch_decay_backward
+    forward, backward = costs.repeat_discount_forward, costs.repeat_discount_backward
     columns = {
         Kind.F: (costs.forward, costs.switch_forward, forward, costs.memory, zero),
         Kind.B: (costs.backward, costs.switch_backward, backward, zero, costs.memory),
@@ -145,17 +145,17 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
         Kind.W: (costs.weight, costs.switch_backward, backward, zero, kept),
     }
     placed = dict(costs.place_factors)  # kind -> factors of a stage's first actions of that kind in a step
-    # (kind, stage, run length) -> op of a later place; a repeat's share of the switch rounds to
-    # 0 ns after a few actions, so the table stays small.
+    # (kind, stage, run length) -> op of a later place (run lengths go up to m)
     later: dict[tuple[Kind, int, int], tuple[int, ...]] = {}
 
     def compute_op(kind: Kind, stage: int, place: int, length: int) -> tuple[int, ...]:
         """The op of a compute action (place: schedules.analysis.places; length:
         schedules.analysis.run_lengths)."""
-        durations, switch, decay, alloc, free = columns[kind]
+        durations, switch, discount, alloc, free = columns[kind]
         factors = placed.get(kind, ())
-        base = round(durations[stage] * factors[place]) if place < len(factors) else durations[stage]
-        return (_COMPUTE, base + round(switch * switch_share(decay, length)), alloc[stage], free[stage])
+        scale = (factors[place] if place < len(factors) else 1.0) * repeat_factor(discount, length)
+        base = durations[stage] if scale == 1.0 else round(durations[stage] * scale)
+        return (_COMPUTE, base + (switch if length == 1 else 0), alloc[stage], free[stage])
 
     durations = {Direction.FORWARD: costs.send_forward, Direction.BACKWARD: costs.send_backward}
     # What a SEND/RECV compiles to depends on its stage and kind, and its microbatch only

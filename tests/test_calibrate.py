@@ -54,7 +54,7 @@ FIXED = {
 }
 DISPATCH = 5_000 * NS  # the executor's gap after each compute action
 SWITCH = {"F": 120_000 * NS, "B": 250_000 * NS}  # extra for an action not repeating the previous one
-DECAY = {"F": 0.0, "B": 0.0}  # the share of the switch the k-th action of a run of repeats pays: DECAY^(k-1)
+DISCOUNT = {"F": 0.0, "B": 0.0}  # what a long run of repeats saves (sim.costs.repeat_factor)
 SEND = 200_000 * NS
 RECV = 30_000 * NS
 STEP = 500_000 * NS
@@ -86,8 +86,8 @@ def true_costs(num_stages: int) -> CostModel:
         forward=per["F"], backward_full=per["B"], p2p_latency=LATENCY, p2p_bandwidth=BANDWIDTH,
         p2p_activation_bytes=BOUNDARY, activation_memory=[ACT_FIXED[r] + n * ACT_PER_LAYER for r, n in zip(roles, counts)],
         send_overhead=SEND, recv_overhead=RECV, step_overhead=STEP,
-        switch_forward=SWITCH["F"], switch_backward=SWITCH["B"], switch_decay_forward=DECAY["F"],
-        switch_decay_backward=DECAY["B"], place_factors=PLACES, cores=CORES, idle_share=IDLE,
+        switch_forward=SWITCH["F"], switch_backward=SWITCH["B"], repeat_discount_forward=DISCOUNT["F"],
+        repeat_discount_backward=DISCOUNT["B"], place_factors=PLACES, cores=CORES, idle_share=IDLE,
         p2p_load_latency=LOAD, post_overhead=POST, post_ahead=POST_AHEAD,
     )
 
@@ -120,6 +120,12 @@ def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profil
     import pandas as pd
 
     pd.concat(timeline)[list(TIMELINE_COLUMNS)].to_csv(path / "timeline.csv", index=False)
+    if CORES is not None:  # the executor's cpu.csv: each compute action's time on a core of its own
+        alone = simulate(program, dataclasses.replace(true_costs(n), cores=None)).timeline
+        alone = alone[alone["kind"].isin(["F", "B"])]
+        cpu = alone[["rank", "action"]].assign(thread_cpu=alone["end"] - alone["start"] - DISPATCH)
+        pd.concat([cpu.assign(step=k) for k in range(steps)])[["step", "rank", "action", "thread_cpu"]].to_csv(
+            path / "cpu.csv", index=False)
     memory = result.memory.assign(source="measured")
     pd.concat([memory.assign(step=k) for k in range(steps)]).to_csv(path / "memory.csv", index=False)
     schedules.save_json(program, path / "program.json")
@@ -363,31 +369,47 @@ def test_place_factors_recovered_and_carried_to_other_schedules(tmp_path, monkey
         assert simulate(schedule, c.cost_model(schedule.num_stages)).step_time == pytest.approx(truth, rel=1e-12)
 
 
-def test_switch_decay_over_a_run_of_repeats_is_told_by_a_gpipe_run(tmp_path, monkeypatch):
-    """A machine whose k-th action of a run of repeats still pays 0.45^(k-1) of the F switch and
-    0.3^(k-1) of the B one (off the search's grid). A 1F1B run at p=2 cannot tell it (its runs
-    of repeats are 2 long at most): calibrated alone, both decays are 0 and the report says so.
-    With a GPipe run at m=8 beside it (runs of 8), the decays, the switches and the per-layer
-    costs come back, and GPipe at m=16 (runs of 16) and 1F1B at m=4 are predicted exactly; the
-    1F1B run alone predicts GPipe over 5% long."""
-    monkeypatch.setitem(globals(), "DECAY", {"F": 0.45, "B": 0.3})
-    monkeypatch.setitem(globals(), "SWITCH", {"F": 2_000_000 * NS, "B": 3_000_000 * NS})  # a CPU's small actions
+def test_the_discount_of_a_long_run_of_repeats_is_told_by_a_gpipe_run(tmp_path, monkeypatch):
+    """A machine whose k-th action of a run of repeats costs its stage cost times
+    1 - d (1 - 1/(k-1)) from k=3, d = 0.35 for F and 0.2 for B (off the search's grid). A 1F1B
+    run at p=2 cannot tell it (its runs of repeats are 2 long at most): calibrated alone, both
+    discounts are 0 and the report says so. With a GPipe run at m=8 beside it (runs of 8), the
+    discounts, the switches and the per-layer costs come back, and GPipe at m=16 (runs of 16),
+    interleaved at m=8 (half-size stages) and 1F1B at m=4 are predicted exactly; the 1F1B run
+    alone predicts GPipe at m=16 over 5% long."""
+    monkeypatch.setitem(globals(), "DISCOUNT", {"F": 0.35, "B": 0.2})
     write_run(tmp_path / "calib", "1f1b", 8, profile=True)
     write_run(tmp_path / "gpipe", "gpipe", 8, profile=True)
     alone = calibrate(read_measured(tmp_path / "calib"))
-    assert (alone.switch_decay_forward, alone.switch_decay_backward) == (0.0, 0.0)
+    assert (alone.repeat_discount_forward, alone.repeat_discount_backward) == (0.0, 0.0)
     assert "not told" in alone.report()
     c = calibrate_runs([read_measured(tmp_path / "calib"), read_measured(tmp_path / "gpipe")])
-    assert (c.switch_decay_forward, c.switch_decay_backward) == pytest.approx((0.45, 0.3), abs=1e-5)
-    assert (c.switch_forward, c.switch_backward) == pytest.approx((SWITCH["F"], SWITCH["B"]), rel=1e-4)
+    assert (c.repeat_discount_forward, c.repeat_discount_backward) == pytest.approx((0.35, 0.2), abs=1e-6)
+    assert (c.switch_forward, c.switch_backward) == pytest.approx((SWITCH["F"], SWITCH["B"]), rel=1e-6)
     for kind in ("F", "B"):
         assert c.compute[kind].per_layer == pytest.approx(PER_LAYER[kind], rel=1e-6)
-    for name, m in (("gpipe", 16), ("1f1b", 4)):
-        truth = write_run(tmp_path / f"{name}-{m}", name, m)
-        schedule = schedules.build(name, ranks=2, microbatches=m)
+    for name, m, chunks in (("gpipe", 16, None), ("interleaved", 8, 2), ("1f1b", 4, None)):
+        truth = write_run(tmp_path / f"{name}-{m}", name, m, chunks)
+        schedule = schedules.build(name, ranks=2, microbatches=m, chunks=chunks)
         assert simulate(schedule, c.cost_model(schedule.num_stages)).step_time == pytest.approx(truth, rel=1e-7)
     gpipe = schedules.build("gpipe", ranks=2, microbatches=16)
     assert simulate(gpipe, alone.cost_model(2)).step_time / write_run(tmp_path / "again", "gpipe", 16) - 1 > 0.05
+
+
+def test_where_ranks_share_cores_the_discount_is_told_by_thread_cpu_time(tmp_path, monkeypatch):
+    """The machine of the test above with both ranks on one core: the discount is read from each
+    action's thread CPU time (cpu.csv), not from durations taken through the sharing model, and
+    comes back; a run without cpu.csv tells none."""
+    monkeypatch.setitem(globals(), "DISCOUNT", {"F": 0.35, "B": 0.2})
+    monkeypatch.setitem(globals(), "CORES", 1)
+    write_run(tmp_path / "calib", "1f1b", 8, profile=True)
+    write_run(tmp_path / "gpipe", "gpipe", 8, profile=True)
+    runs = [read_measured(tmp_path / "calib"), read_measured(tmp_path / "gpipe")]
+    c = calibrate_runs(runs, idle_share=0.0)
+    assert (c.repeat_discount_forward, c.repeat_discount_backward) == pytest.approx((0.35, 0.2), abs=1e-6)
+    (tmp_path / "gpipe" / "cpu.csv").unlink()
+    bare = calibrate_runs([read_measured(tmp_path / "calib"), read_measured(tmp_path / "gpipe")], idle_share=0.0)
+    assert (bare.repeat_discount_forward, bare.repeat_discount_backward) == (0.0, 0.0)
 
 
 def test_ranks_sharing_one_core_are_calibrated_at_full_speed(tmp_path, monkeypatch):

@@ -76,3 +76,19 @@ def test_cli_prints_one_row_per_cell_and_refuses_a_missing_run(runs, tmp_path):
     write_run(tmp_path / "short", "gpipe", 2, profile=True)  # places 0 and 1 only
     short = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "short")], capture_output=True, text=True)
     assert short.returncode == 1 and short.stderr.count("\n") == 1 and "m >= 3" in short.stderr
+
+
+def test_a_machine_whose_long_runs_get_cheaper_is_tabulated_exactly_once_a_gpipe_run_tells_it(tmp_path, monkeypatch):
+    """The machine's k-th repeat costs its stage cost times 1 - 0.3 (1 - 1/(k-1)) from k=3: modelled
+    by the calibration of its 1F1B and GPipe runs, GPipe's repeats match exactly; by the 1F1B run
+    alone (which cannot tell the discount), they come out cheaper than modelled."""
+    monkeypatch.setitem(synth.DISCOUNT, "F", 0.3)
+    monkeypatch.setitem(synth.DISCOUNT, "B", 0.3)
+    write_run(tmp_path / "1f1b", "1f1b", 8, profile=True)
+    write_run(tmp_path / "gpipe", "gpipe", 8, profile=True)
+    bench = load_bench()
+    both = calibrate_runs([read_measured(tmp_path / "1f1b"), read_measured(tmp_path / "gpipe")])
+    table = bench.repeat_table(str(tmp_path / "gpipe"), both)
+    assert table["measured_us"].to_numpy() == pytest.approx(table["modelled_us"].to_numpy(), rel=1e-6)
+    alone = bench.repeat_table(str(tmp_path / "gpipe"), calibrate_runs([read_measured(tmp_path / "1f1b")]))
+    assert (alone["measured_us"] < 0.95 * alone["modelled_us"]).all()

@@ -77,6 +77,8 @@ def test_transfers_and_memory() -> None:
         ({"forward": 1.0, "backward_input": 1.0, "p2p_bandwidth": 0}, "p2p_bandwidth must be a number > 0"),
         ({"forward": 1.0, "backward_input": 1.0, "weight_memory_fraction": 1.5}, "within 0..1"),
         ({"forward": 1.0, "backward_input": 1.0, "link_contention": "yes"}, "true or false"),
+        ({"forward": 1.0, "backward_input": 1.0, "repeat_discount_forward": 1.0}, "up to .not including. 1"),
+        ({"forward": 1.0, "backward_input": 1.0, "repeat_discount_backward": -0.1}, "repeat_discount_backward"),
     ],
 )
 def test_malformed_models(kwargs, message) -> None:
@@ -155,3 +157,17 @@ def test_compute_scaled_scales_every_compute_cost_and_nothing_else() -> None:
     assert compute_seconds(program, plain.compute_scaled(1.5)) == pytest.approx(m * p * 4.5, abs=1e-9)
     split = CostModel(forward=[1.0, 2.0], backward_input=[0.5, 0.25], backward_weight=[0.75, 1.0]).compute_scaled(2.0)
     assert (split.forward, split.backward_input, split.backward_weight) == ((2.0, 4.0), (1.0, 0.5), (1.5, 2.0))
+
+
+def test_a_long_run_of_repeats_costs_its_closed_form() -> None:
+    """One rank, GPipe at m=5: F k costs f x (1 - d (1 - 1/(k-1))) from k=3, its first pays the switch
+    too; the step is the sum (one rank, nothing to wait for)."""
+    from sim import simulate
+    import schedules
+
+    f, b, switch, discount = 0.004, 0.006, 0.001, 0.3
+    costs = CostModel(forward=f, backward_full=b, switch_forward=switch, switch_backward=switch,
+                      repeat_discount_forward=discount, repeat_discount_backward=0.0)
+    runs = sum(1 - discount * (1 - 1 / (k - 1)) if k >= 3 else 1 for k in range(1, 6))
+    expected = f * runs + 5 * b + 2 * switch
+    assert simulate(schedules.build("gpipe", ranks=1, microbatches=5), costs).step_time == pytest.approx(expected, abs=1e-9)

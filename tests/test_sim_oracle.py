@@ -122,8 +122,8 @@ def random_costs(rng: random.Random, schedule: Schedule, contention: bool = Fals
         post_ahead=rng.choice([0, 1, 2, "step"]),
         switch_forward=rng.choice([0, rng.randint(1, 9)]) * 1e-6,
         switch_backward=rng.choice([0, rng.randint(1, 9)]) * 1e-6,
-        switch_decay_forward=rng.choice([0.0, 0.3, 0.5, 0.9]),
-        switch_decay_backward=rng.choice([0.0, 0.3, 0.5, 0.9]),
+        repeat_discount_forward=rng.choice([0.0, 0.3, 0.5, 0.9]),
+        repeat_discount_backward=rng.choice([0.0, 0.3, 0.5, 0.9]),
         place_factors={k: [rng.choice([0.5, 0.75, 1.0, 1.3, 2.0]) for _ in range(rng.randint(0, 3))]
                        for k in rng.sample(["F", "B", "I", "W"], rng.randint(0, 4))},
     )
@@ -148,18 +148,22 @@ def durations(costs: CostModel, action: Action) -> int:
 def own_time(costs: CostModel, action: Action, repeats: int, factor: float = 1.0, earlier: int = 0) -> int:
     """Least time an action occupies its rank: compute time (times its place factor when it is
     among the first `len(place_factors[kind])` of its stage and kind on the rank, `earlier`
-    being how many came before it; plus the switch cost times decay ** `repeats`, `repeats`
-    being how many compute actions of its stage and kind the rank ran just before it, none
-    between; times `factor`, a spread draw's), or the SEND/RECV overhead."""
+    being how many came before it; times 1 - discount x (repeats - 1) / repeats when `repeats`,
+    the compute actions of its stage and kind the rank ran just before it with none between, is
+    2 or more; plus the switch cost when it is 0; times `factor`, a spread draw's), or the
+    SEND/RECV overhead."""
     if action.kind.is_compute:
         forward = action.kind is Kind.F
         switch = costs.switch_forward if forward else costs.switch_backward
-        decay = costs.switch_decay_forward if forward else costs.switch_decay_backward
+        discount = costs.repeat_discount_forward if forward else costs.repeat_discount_backward
         base = durations(costs, action)
         placed = dict(costs.place_factors).get(action.kind.value, ())
-        if earlier < len(placed):
-            base = round(base * placed[earlier])
-        own = base + round(switch * NS * decay ** repeats)
+        scale = placed[earlier] if earlier < len(placed) else 1.0
+        if repeats >= 2:
+            scale *= 1 - discount * (repeats - 1) / repeats
+        if scale != 1.0:
+            base = round(base * scale)
+        own = base + (0 if repeats else round(switch * NS))
         return own if factor == 1.0 else round(own * factor)
     return round((costs.send_overhead if action.kind.is_send else costs.recv_overhead) * NS)
 
@@ -193,7 +197,7 @@ def critical_path(program, costs: CostModel, factors=None, transfer_factors=None
     Nodes: ('s', rank, i) and ('e', rank, i) per action, plus ('w', rank, i), the moment a
     SEND's transfer goes on the wire. Edges: e(i-1) -> s(i) (stream order); s(i) -> e(i)
     weighted by the compute time (plus the switch cost if the rank's previous compute action
-    had another stage or kind, and its decayed share after k repeats; send_overhead for a SEND, recv_overhead for a RECV: e of a
+    had another stage or kind; a long run's repeats at their discount; send_overhead for a SEND, recv_overhead for a RECV: e of a
     SEND is when its rank moves on); s(SEND) -> w(SEND); w(SEND) ->
     e(RECV) weighted by the transfer time; with link contention also w(previous SEND on the
     same directed link) -> w(SEND), weighted by that previous transfer's time. A SEND's row
