@@ -45,6 +45,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from sim.calibration import COMPUTE_NAMES, full_speed, host_ranks, shared_cores  # noqa: E402
+from sim.measured import thread_cpu  # noqa: E402
 from schedules import ScheduleError  # noqa: E402
 from schedules.io import read_json  # noqa: E402
 from sim import simulate  # noqa: E402
@@ -81,11 +82,9 @@ def idle_demand(cells: pd.DataFrame, cores: int, ranks: int) -> float | None:
 
 def cpu_rows(run) -> pd.DataFrame:
     """The run's compute rows (timeline index kept) with each one's thread CPU seconds from
-    cpu.csv, joined on (step, rank, action)."""
-    compute = run.timeline[run.timeline["kind"].isin(COMPUTE_NAMES)]
-    keyed = (compute[["step", "rank", "action"]].reset_index()
-             .merge(run.cpu, on=["step", "rank", "action"], how="inner", validate="one_to_one").set_index("index"))
-    return compute.loc[keyed.index].assign(thread_cpu=keyed["thread_cpu"])
+    cpu.csv (`sim.measured.thread_cpu`)."""
+    seconds = thread_cpu(run.timeline, run.cpu)
+    return run.timeline.loc[seconds.index].assign(thread_cpu=seconds)
 
 
 def measured_speed(run, cores: int) -> pd.DataFrame:

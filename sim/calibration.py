@@ -1095,9 +1095,8 @@ def kind_cells(run: MeasuredRun, dispatch: float, idle: float | None = None, cpu
     duration on a core of its own under the sharing model."""
     frame = compute_frame(run, idle)
     if cpu:
-        keyed = run.timeline.loc[frame.index, ["step", "rank", "action"]].reset_index().merge(
-            run.cpu, on=["step", "rank", "action"], how="inner", validate="one_to_one").set_index("index")
-        frame = frame.loc[keyed.index].assign(duration=keyed["thread_cpu"])
+        seconds = run.thread_cpu
+        frame = frame.loc[frame.index.intersection(seconds.index)].assign(duration=seconds)
     frame["duration"] += dispatch
     out = {}
     for kind in COMPUTE_NAMES:

@@ -93,6 +93,12 @@ class MeasuredRun:
             raise ScheduleError(f"{path}: thread_cpu must be non-negative seconds")
         return frame.assign(thread_cpu=seconds)
 
+    @cached_property
+    def thread_cpu(self) -> pd.Series | None:
+        """Each compute row's thread CPU seconds (cpu.csv joined on step, rank and action), indexed
+        as the timeline's rows; None for a run from before cpu.csv."""
+        return None if self.cpu is None else thread_cpu(self.timeline, self.cpu)
+
     @property
     def steps(self) -> list[int]:
         return sorted(int(s) for s in self.timeline["step"].unique())
@@ -290,3 +296,12 @@ def _span(values: list[int]) -> str:
     if not values:
         return "none"
     return f"{values[0]}..{values[-1]}" if values == list(range(values[0], values[-1] + 1)) else ", ".join(map(str, values))
+
+
+def thread_cpu(timeline: pd.DataFrame, cpu: pd.DataFrame) -> pd.Series:
+    """Each compute row of `timeline` that `cpu` (cpu.csv) holds, its thread CPU seconds, indexed
+    as the timeline's rows (joined on step, rank and action)."""
+    compute = timeline[timeline["kind"].isin(COMPUTE_NAMES)]
+    keyed = (compute[["step", "rank", "action"]].reset_index()
+             .merge(cpu, on=["step", "rank", "action"], how="inner", validate="one_to_one").set_index("index"))
+    return keyed["thread_cpu"]
