@@ -50,7 +50,7 @@ machine's drift between launches. The noise floor still compares different launc
 
 ``--with-gpipe`` adds a fourth calibration run per round, GPipe at m = 2p with the same profiles,
 and the ``four`` calibration (the three and it): GPipe's phases are the runs of repeats that tell
-the switch's decay (sim.calibration); the three runs cannot.
+the repeat discount (sim.calibration); the three runs at p = 2 cannot.
 """
 
 from __future__ import annotations
@@ -97,8 +97,8 @@ CHUNKS = {"interleaved": 2}
 # A 1F1B run (F, B), a ZB-H1 run (F, I, W) and an interleaved run (stages of half the size, two
 # per rank): the three together give in-run costs at two stage sizes (sim.calibration, several runs).
 CALIBRATION_SCHEDULES = ("1f1b", "zb-h1", "interleaved")
-# With --with-gpipe, a GPipe run at m = 2p too: its phases are runs of 2p repeats, which tell how
-# a repeat sheds the switch cost (sim.calibration, switch decay); the three runs hold 2 at most.
+# With --with-gpipe, a GPipe run at m = 2p too: its phases are runs of 2p repeats, which tell what a
+# long run of repeats saves (sim.calibration, repeat discount); the three runs hold 2 at most at p = 2.
 REPEATS_SCHEDULE = "gpipe"
 LOCK = "/work/wt/cpu.lock"
 # Calibrations whose predictions are also made at each held-out run's own compute level
