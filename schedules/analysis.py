@@ -80,12 +80,17 @@ def run_lengths(stream: Sequence[Action]) -> list[int]:
     `switches` says); 0 for the rest. GPipe's phases count up to m; 1F1B's steady state stays at
     1. A CPU's caches warm over more than one repeat (bench/repeat_costs.py measures it)."""
     out: list[int] = []
+    append = out.append
     length = 0
-    compute = frozenset(COMPUTE_KINDS)
-    for action, switching in zip(stream, switches(stream)):
-        if action.kind in compute:
-            length = 1 if switching else length + 1
-            out.append(length)
+    previous = None  # (stage, kind) of the previous compute action, as `switches` keeps it
+    compute = frozenset(COMPUTE_KINDS)  # one pass: this runs once per action of every simulation
+    for action in stream:
+        kind = action.kind
+        if kind in compute:
+            here = (action.stage, kind)
+            length = length + 1 if here == previous else 1
+            previous = here
+            append(length)
         else:
-            out.append(0)
+            append(0)
     return out

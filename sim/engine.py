@@ -145,7 +145,8 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
         Kind.W: (costs.weight, costs.switch_backward, backward, zero, kept),
     }
     placed = dict(costs.place_factors)  # kind -> factors of a stage's first actions of that kind in a step
-    # (kind, stage, run length) -> op of a later place (run lengths go up to m)
+    discounted = {kind for kind, column in columns.items() if column[2]}
+    # (kind, stage, run length) -> op of a later place (with a discount, run lengths up to m)
     later: dict[tuple[Kind, int, int], tuple[int, ...]] = {}
 
     def compute_op(kind: Kind, stage: int, place: int, length: int) -> tuple[int, ...]:
@@ -175,9 +176,12 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
                     f"rank {rank}: {action} is outside stages 0..{n - 1} or microbatches 0..{m - 1}"
                 )
             if kind in columns:
-                if place < len(placed.get(kind, ())):
+                factors = placed.get(kind)
+                if factors is not None and place < len(factors):
                     append(compute_op(kind, stage, place, length))
                 else:
+                    if length > 2 and kind not in discounted:
+                        length = 2  # without a discount every repeat costs the same: one op
                     key = (kind, stage, length)
                     op = later.get(key)
                     if op is None:
