@@ -62,9 +62,9 @@ Repeats keep getting cheaper over a long run: the k-th action of a run of its st
 (1 - 1 / (k - 1))`` from k = 3 on (`repeat_factor`: half the discount at the third, two thirds
 at the fourth, all of it deep in a run), ``repeat_discount_forward`` for F and
 ``repeat_discount_backward`` for B, I and W (default 0: every repeat costs the stage cost).
-On the CPU executor GPipe's third and later F cost 0.70-0.98 of the second's (README,
-"Repeated actions"); a multiple of the stage cost, it scales with the stage's work, so that
-half-size stages (interleaved, V) repeat at the same ratio.
+On the CPU executor GPipe's third and later F cost 0.70-0.98 of what a calibration without it
+charges them (README, "Repeated actions"); a multiple of the stage cost, it scales with the
+stage's work, so that half-size stages (interleaved, V) repeat at the same ratio.
 ``place_factors`` maps a compute kind (``"F"``, ``"B"``, ``"I"``, ``"W"``) to factors for the
 first actions of a stage and that kind in a step (schedules.analysis.places): the k-th
 such action costs its stage cost times factor k (then the switch cost, if it switches),
