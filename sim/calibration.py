@@ -555,13 +555,14 @@ def calibrate_runs(runs: Sequence[MeasuredRun], idle_share: float | None = None)
     # every fit reads the runs without their far-out steps; the replays read the whole runs
     typical = [run.with_steps([s for s in run.steps if s not in out]) if out else run for run, out in zip(runs, far)]
     fits = [TransferFits.of(run) for run in typical]
+    discounts = choose_discounts(typical, [found.dispatch for found in fits])  # one per kind for all
     noted = {}
     if any(far):
         noted["far_out_steps"] = {str(run.path): out for run, out in zip(runs, far)}
     if idle_share is not None or all(shared_cores(run) is None for run in runs):
-        calibration = calibrate_at_share(typical, fits, 0.0 if idle_share is None else idle_share)
+        calibration = calibrate_at_share(typical, fits, 0.0 if idle_share is None else idle_share, discounts)
     else:
-        chosen, tried = choose_share(lambda share: calibrate_at_share(typical, fits, share),
+        chosen, tried = choose_share(lambda share: calibrate_at_share(typical, fits, share, discounts),
                                      lambda calibration: replay_error(calibration.for_run, runs))
         calibration = tried[chosen][1]
         noted["idle_share_choice"] = {"by": "step times", "share": chosen, "cells_share": fit_idle_share(*typical),
@@ -600,15 +601,15 @@ class TransferFits:
         return cls(transfers, law, *executor_overheads(run, transfers, law))
 
 
-def calibrate_at_share(runs: Sequence[MeasuredRun], fits: Sequence[TransferFits], idle: float) -> Calibration:
+def calibrate_at_share(runs: Sequence[MeasuredRun], fits: Sequence[TransferFits], idle: float,
+                       discounts: Mapping[str, float]) -> Calibration:
     """`calibrate_runs`' fit of `runs` (already without their far-out steps: `far_out_steps`)
-    with each run's share-independent fits given (`TransferFits.of`, in the order of `runs`)
-    and every run's compute taken under the idle share `idle`, so that a choice among shares
-    fits the transfers once."""
+    with each run's share-independent fits given (`TransferFits.of`, in the order of `runs`;
+    `discounts`: `choose_discounts` of them all) and every run's compute taken under the idle
+    share `idle`, so that a choice among shares fits the transfers and the discounts once."""
     if not runs:
         raise CostError("calibrate needs at least one run")
     post = fit_post_overhead(*runs)  # one slope for all: a single run often cannot show it
-    discounts = choose_discounts(runs, [found.dispatch for found in fits], idle)  # one per kind for all
     fitted = [_fit_one(run, found, idle, post, discounts) for run, found in zip(runs, fits)]
     first = fitted[0][0]
     for run, (c, _) in zip(runs[1:], fitted[1:]):
@@ -1079,7 +1080,9 @@ def compute_costs(run: MeasuredRun, dispatch: float, idle: float | None = None,
     costs, extra, factors = {}, {}, {}
     n = run.program.schedule.num_stages
     top = later_place(run)
-    for kind, cells in kind_cells(run, dispatch, idle).items():
+    frame = compute_frame(run, idle)
+    frame["duration"] += dispatch
+    for kind, cells in kind_cells(frame).items():
         fit = fit_cells(cells, top, (discounts or {}).get(kind, 0.0))
         costs[kind] = [fit.stage_cost[st] + fit.switch - dispatch if st in fit.stage_cost else 0.0 for st in range(n)]
         extra[kind] = fit.switch
@@ -1088,16 +1091,9 @@ def compute_costs(run: MeasuredRun, dispatch: float, idle: float | None = None,
     return costs, extra, factors
 
 
-def kind_cells(run: MeasuredRun, dispatch: float, idle: float | None = None, cpu: bool = False
-               ) -> dict[str, "Cells"]:
-    """Per compute kind the run holds, its cells (`compute_costs`); with `cpu`, each action valued
-    at its thread CPU time (cpu.csv, which a wait for a core does not count) instead of its
-    duration on a core of its own under the sharing model."""
-    frame = compute_frame(run, idle)
-    if cpu:
-        seconds = run.thread_cpu
-        frame = frame.loc[frame.index.intersection(seconds.index)].assign(duration=seconds)
-    frame["duration"] += dispatch
+def kind_cells(frame: pd.DataFrame) -> dict[str, "Cells"]:
+    """Per compute kind `frame` (compute_frame's columns, each action's value its duration)
+    holds, its cells (`compute_costs`)."""
     out = {}
     for kind in COMPUTE_NAMES:
         rows = frame[frame["kind"] == kind]
@@ -1208,8 +1204,7 @@ DISCOUNT_GRID = tuple(x / 20 for x in range(19))  # 0, 0.05, ..., 0.9; then refi
 DISCOUNT_REFINE = 24  # golden-section steps: the bracket shrinks to 0.1 x 0.618^24, about 1e-6
 
 
-def choose_discounts(runs: Sequence[MeasuredRun], dispatch: Sequence[float], idle: float | None = None
-                     ) -> dict[str, float]:
+def choose_discounts(runs: Sequence[MeasuredRun], dispatch: Sequence[float]) -> dict[str, float]:
     """Per compute kind: what a long run of repeats saves (sim.costs.repeat_factor) that fits the
     cells of `runs` best (least squares over the runs that can tell it, `Cells.tells_discount`,
     each run fitted by `fit_cells` at that discount); 0 where none can. `dispatch[i]` is run i's
@@ -1218,15 +1213,21 @@ def choose_discounts(runs: Sequence[MeasuredRun], dispatch: Sequence[float], idl
     A run whose ranks shared cores (`shared_cores`) tells it by its actions' thread CPU time
     (cpu.csv), or not at all without one: its repeats come in warm-up and cool-down, where fewer
     ranks compute, and their durations on a core of their own, read through the sharing model,
-    carry that model's miss there, of the discount's size.
+    carry that model's miss there, of the discount's size. So the choice does not depend on the
+    idle share: made once for every share `calibrate_runs` tries.
     """
     told: dict[str, list[tuple[Cells, int]]] = {}
     for run, gap in zip(runs, dispatch):
         shared = shared_cores(run) is not None
         if shared and run.cpu is None:
             continue
+        frame = _compute_rows(run)  # a core per rank: as measured
+        if shared:  # the thread CPU time, which a wait for a core does not count
+            seconds = run.thread_cpu
+            frame = frame.loc[frame.index.intersection(seconds.index)].assign(duration=seconds)
+        frame["duration"] += gap
         top = later_place(run)
-        for kind, cells in kind_cells(run, gap, idle, cpu=shared).items():
+        for kind, cells in kind_cells(frame).items():
             if cells.tells_discount():
                 told.setdefault(kind, []).append((cells, top))
     out = {}

@@ -20,8 +20,8 @@ Semantics (times are integer nanoseconds, so results are exact and deterministic
   kind of its rank's previous compute action costs ``switch_forward`` (F) or
   ``switch_backward`` (B, I, W) more, and the k-th action of a run of repeats costs its
   stage cost times ``repeat_factor`` (sim.costs: ``repeat_discount_forward`` /
-  ``repeat_discount_backward``, caches warm over several repeats); the first actions of a stage and kind in a step
-  (schedules.analysis.places) cost their stage cost times their ``place_factors``;
+  ``repeat_discount_backward``, caches warm over several repeats); the first actions of a
+  stage and kind in a step (schedules.analysis.places) cost their stage cost times their ``place_factors``;
   a rank starts its stream ``post_overhead`` times the receives it posts before its first
   action later (``post_ahead``, schedules.posting.posted_first; every receive of its step
   with whole-step posting), holding its rank but no shared processor, as a SEND's overhead.
@@ -134,7 +134,7 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
     p, m, n = schedule.ranks, schedule.microbatches, schedule.num_stages
     zero = [0] * n
     kept = costs.weight_memory
-    forward, backward = costs.repeat_discount_forward, costs.repeat_discount_backward
+    forward, backward = costs.repeat_discount_forward, costs.repeat_discount_backward  # F; B, I and W
     columns = {
         Kind.F: (costs.forward, costs.switch_forward, forward, costs.memory, zero),
         Kind.B: (costs.backward, costs.switch_backward, backward, zero, costs.memory),

@@ -166,6 +166,15 @@ def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profil
     return step_time
 
 
+def assert_predicts(calibration, root: Path, cases, rel: float) -> None:
+    """Each (schedule, m, chunks) of `cases`, run by the machine (`write_run` under `root`), is
+    predicted by `calibration` to within `rel` of its true step time."""
+    for name, m, chunks in cases:
+        truth = write_run(root / f"{name}-{m}", name, m, chunks)
+        schedule = schedules.build(name, ranks=2, microbatches=m, chunks=chunks)
+        assert simulate(schedule, calibration.cost_model(schedule.num_stages)).step_time == pytest.approx(truth, rel=rel)
+
+
 @pytest.fixture(scope="module")
 def calibration_run(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("runs") / "1f1b-m8"
@@ -363,10 +372,7 @@ def test_place_factors_recovered_and_carried_to_other_schedules(tmp_path, monkey
     assert (c.switch_forward, c.switch_backward) == pytest.approx((SWITCH["F"], SWITCH["B"]), abs=1e-12)
     for kind in ("F", "B"):
         assert c.compute[kind].per_layer == pytest.approx(PER_LAYER[kind], rel=1e-9)
-    for name, m, chunks in (("gpipe", 4, None), ("interleaved", 8, 2), ("1f1b", 2, None)):
-        truth = write_run(tmp_path / f"{name}-{m}", name, m, chunks)
-        schedule = schedules.build(name, ranks=2, microbatches=m, chunks=chunks)
-        assert simulate(schedule, c.cost_model(schedule.num_stages)).step_time == pytest.approx(truth, rel=1e-12)
+    assert_predicts(c, tmp_path, (("gpipe", 4, None), ("interleaved", 8, 2), ("1f1b", 2, None)), rel=1e-12)
 
 
 def test_the_discount_of_a_long_run_of_repeats_is_told_by_a_gpipe_run(tmp_path, monkeypatch):
@@ -388,10 +394,7 @@ def test_the_discount_of_a_long_run_of_repeats_is_told_by_a_gpipe_run(tmp_path, 
     assert (c.switch_forward, c.switch_backward) == pytest.approx((SWITCH["F"], SWITCH["B"]), rel=1e-6)
     for kind in ("F", "B"):
         assert c.compute[kind].per_layer == pytest.approx(PER_LAYER[kind], rel=1e-6)
-    for name, m, chunks in (("gpipe", 16, None), ("interleaved", 8, 2), ("1f1b", 4, None)):
-        truth = write_run(tmp_path / f"{name}-{m}", name, m, chunks)
-        schedule = schedules.build(name, ranks=2, microbatches=m, chunks=chunks)
-        assert simulate(schedule, c.cost_model(schedule.num_stages)).step_time == pytest.approx(truth, rel=1e-7)
+    assert_predicts(c, tmp_path, (("gpipe", 16, None), ("interleaved", 8, 2), ("1f1b", 4, None)), rel=1e-7)
     gpipe = schedules.build("gpipe", ranks=2, microbatches=16)
     assert simulate(gpipe, alone.cost_model(2)).step_time / write_run(tmp_path / "again", "gpipe", 16) - 1 > 0.05
 
