@@ -1,0 +1,65 @@
+"""bench/fidelity_standing.py: each group from the file named for it, its MAPE and largest error in
+closed form, and one clear line for a group a file lacks or a malformed argument."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from scripts import load_script
+
+SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "fidelity_standing.py"
+
+
+def results(path: Path, group: str, errors: list[float]) -> None:
+    """A results.csv of one group: schedules a, b, c at m=2 measured 10, 20 and 30 ms (rounds
+    apart), predicted with `errors`."""
+    measured = [10.0, 20.0, 30.0]
+    pd.DataFrame({"group": group, "model": "mlp", "schedule": ["a", "b", "c"], "m": 2, "measured_ms": measured,
+                  "q1_ms": [m * 0.99 for m in measured], "q3_ms": [m * 1.01 for m in measured], "spread": 0.1,
+                  "pred_three_ms": [m * (1 + e) for m, e in zip(measured, errors)], "err_three": errors}).to_csv(path, index=False)
+
+
+def test_each_group_from_its_own_file_in_closed_form(tmp_path, capsys, monkeypatch) -> None:
+    """Group x from one file (errors +3, -6, +9%: MAPE 6%, largest +9%) and y from another (+1%,
+    -1%, +1%, and c predicted below b, so 2 of the 3 pairs apart are ordered as measured); the
+    same group in the first file is not taken."""
+    results(tmp_path / "one.csv", "x", [0.03, -0.06, 0.09])
+    results(tmp_path / "two.csv", "y", [0.01, -0.01, -0.40])
+    bench = load_script(SCRIPT)
+    figure = tmp_path / "standing.png"
+    monkeypatch.setattr(sys, "argv", ["fidelity_standing.py", f"{tmp_path / 'one.csv'}:x", f"{tmp_path / 'two.csv'}:y",
+                                      "--figure", str(figure)])
+    assert bench.main() == 0
+    out = capsys.readouterr().out
+    assert f"| x | {tmp_path / 'one.csv'} | 3 | 6.0% | +9.0% (c m=2) | 3/3 |" in out
+    assert f"| y | {tmp_path / 'two.csv'} | 3 | 14.0% | -40.0% (c m=2) | 2/3 |" in out
+    assert "6 cases: mean absolute error 10.0%, 3 within 5%" in out  # +3%, +1% and -1%
+    assert figure.stat().st_size > 0
+
+
+def test_gather_keeps_only_the_named_groups(tmp_path) -> None:
+    bench = load_script(SCRIPT)
+    results(tmp_path / "one.csv", "x", [0.0, 0.0, 0.0])
+    table = bench.gather([bench.parse_source(f"{tmp_path / 'one.csv'}:x")])
+    assert list(table["group"].unique()) == ["x"] and len(table) == 3
+    with pytest.raises(ValueError, match="no group z"):
+        bench.gather([bench.parse_source(f"{tmp_path / 'one.csv'}:z")])
+    with pytest.raises(ValueError, match="named twice"):
+        bench.gather([bench.parse_source(f"{tmp_path / 'one.csv'}:x,x")])
+
+
+@pytest.mark.parametrize("argument", ["no-colon.csv", "file.csv:", ":group"])
+def test_a_malformed_argument_is_one_clear_line(argument: str) -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), argument], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error:")
+    assert "Traceback" not in done.stderr
+
+
+def test_a_missing_file_is_one_clear_line(tmp_path) -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), f"{tmp_path / 'absent.csv'}:x"], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error:")
