@@ -351,7 +351,7 @@ def main() -> int:
         write_keeping_others(pd.DataFrame(rows_out), root / "results.csv")
         write_keeping_others(pd.DataFrame(calib_out), root / "calibrations.csv")
     table = pd.DataFrame(rows_out)
-    summary = summarize(table, pd.DataFrame(calib_out))
+    summary = summarize(table)
     for name, floor in floors.items():
         summary["groups"][name]["noise_floor"] = floor
     summary["seconds"] = time.time() - began
@@ -384,7 +384,7 @@ def noise_floor(calibrations, runs) -> float:
     return float(np.nanmean(np.abs(errors))) if errors else float("nan")
 
 
-def summarize(table: pd.DataFrame, calib: pd.DataFrame) -> dict:
+def summarize(table: pd.DataFrame) -> dict:
     """MAPE per group and calibration, the largest error, and the ordering check."""
     out = {"groups": {}}
     labels = [c[len("err_"):] for c in table.columns if c.startswith("err_")]

@@ -86,9 +86,9 @@ def main() -> int:
     args = parser.parse_args()
     try:
         table = gather([parse_source(text) for text in args.sources])
-        if f"err_{args.calibration}" not in table.columns:
+        if f"err_{args.calibration}" not in table.columns or table[f"err_{args.calibration}"].isna().all():
             raise ValueError(f"no {args.calibration} predictions in the results given")
-        summary = summarize(table, pd.DataFrame())["groups"]
+        summary = summarize(table)["groups"]
     except (OSError, ValueError, KeyError, pd.errors.ParserError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

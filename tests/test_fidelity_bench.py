@@ -21,7 +21,7 @@ def table() -> pd.DataFrame:
 
 def test_summary_counts_by_hand():
     bench = load_script(SCRIPT)
-    entry = bench.summarize(table(), pd.DataFrame())["groups"]["g"]["three"]
+    entry = bench.summarize(table())["groups"]["g"]["three"]
     assert entry["mape"] == pytest.approx((0.05 + 0.20 + 0.20) / 3)
     assert entry["largest"] == pytest.approx(-0.20) and entry["largest_case"] == "b m=2"
     assert (entry["inside_rounds"], entry["cases"]) == (1, 3)

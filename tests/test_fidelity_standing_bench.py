@@ -63,3 +63,12 @@ def test_a_missing_file_is_one_clear_line(tmp_path) -> None:
     done = subprocess.run([sys.executable, str(SCRIPT), f"{tmp_path / 'absent.csv'}:x"], capture_output=True, text=True)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("error:")
+
+
+def test_a_calibration_with_no_predictions_is_one_clear_line(tmp_path) -> None:
+    """A group whose cases the calibration could not predict (every error NaN) has nothing to
+    average: one line, not a division by zero."""
+    results(tmp_path / "one.csv", "x", [float("nan")] * 3)
+    done = subprocess.run([sys.executable, str(SCRIPT), f"{tmp_path / 'one.csv'}:x"], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr == "error: no three predictions in the results given\n"
