@@ -51,6 +51,24 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   lengths or more at one place class (GPipe's phases; at p=4 1F1B's warm-up F and cool-down B),
   each action valued as above or, where ranks shared cores, at its thread CPU time
   (`choose_discounts` says why); 0 where none can, which is the model without it.
+- **compute_growth / growth_horizon** (`fit_growth`, where ranks shared cores and the runs
+  have cpu.csv): a compute action costs its price times 1 + compute_growth x min(t,
+  growth_horizon), t its start into the step (sim.costs.growth_factor). Where four ranks
+  shared two cores, the same action's thread CPU time rose with how far into the step it ran
+  (mlp 8 rows, sweep 18's calibration runs: 0.85 of its median 5-10 ms in, 1.19 at 40-50 ms),
+  so a step of m = 4p priced it 8-15% dearer than one of m = p, in every schedule (README,
+  "Dearer the longer the step"); at p=2 on two cores the runs show no such rise with m, and the
+  law is not fitted there. Fitted to the runs' switching actions at the later place class
+  (priced alike per stage and kind), each group of one run, rank, stage and kind at its own
+  level c and each step at its own level s (a step the machine ran slow holds dear actions and
+  pushes them later: pooled, sweep 18's steps read 15/s where within steps say 4/s): thread CPU
+  plus dispatch = c x s x (1 + rate x min(start, horizon)), by alternating least squares. The
+  horizon is the latest start the runs hold (per run the median over steps of the step's latest
+  compute start, then the largest): the law is held there, not extrapolated. Kept where the
+  rate stands more than GROWTH_STANDARD_ERRORS standard errors from 0 (gpt 8 rows p=4, actions
+  of 10-20 ms: 0.025/s, 2.3 standard errors, not kept). Every measured duration the cells,
+  the discounts and the spreads read is taken over the factor at its start (`compute_frame`):
+  the fitted prices are those at a step's start.
 - **duration_spread**: how compute actions vary around their typical cost (a makespan is a
   max over paths, so the spread makes it longer than a replay of typical costs): each
   action's duration over its typical cost (mean over steps of its cell's step mean) times its
@@ -215,7 +233,7 @@ from schedules.ir import COMPUTE_NAMES, RECV_NAMES, SEND_NAMES, Kind
 from schedules.posting import posted_before, posted_first
 from schedules.stages import ROLES, balanced_layers, role_of
 
-from .costs import HANDOVER_MEMORY, CostError, CostModel, processor_share, repeat_factor
+from .costs import HANDOVER_MEMORY, CostError, CostModel, growth_factor, processor_share, repeat_factor
 from .measured import MeasuredRun
 from .share_choice import IDLE_SHARES, choose_share, replay_error
 from .transfers import (TransferRow, early_receive_times, transfer_fit, transfer_residuals, transfer_rows,
@@ -227,6 +245,8 @@ PLACES = 2  # a stage's first actions of a kind in a step that get their own fac
 RECV_QUANTILE = 0.10
 SPREAD_QUANTILES = 32
 SPREAD_DRAWS = 256
+GROWTH_STANDARD_ERRORS = 3.0  # how far from 0 a fitted growth must stand to be kept (fit_growth)
+GROWTH_ITERATIONS = 100
 
 
 @dataclass(frozen=True)
@@ -288,6 +308,10 @@ class Calibration:
     # what a long run of repeats saves of the stage cost (sim.costs.repeat_factor)
     repeat_discount_forward: float = 0.0
     repeat_discount_backward: float = 0.0
+    # a compute action's cost grows by this much per second into its step, up to the horizon
+    # (sim.costs.growth_factor, `fit_growth`)
+    compute_growth: float = 0.0
+    growth_horizon: float = 0.0
 
     # ------------------------------------------------------------------ prediction
     def for_stages(self, num_stages: int) -> CostModel:
@@ -371,6 +395,8 @@ class Calibration:
             switch_backward=self.switch_backward,
             repeat_discount_forward=self.repeat_discount_forward,
             repeat_discount_backward=self.repeat_discount_backward,
+            compute_growth=self.compute_growth,
+            growth_horizon=self.growth_horizon,
             place_factors={k: v for k, v in self.place_factors.items() if k in times},
             duration_spread=self.duration_spread,
             transfer_spread=self.transfer_spread,
@@ -430,6 +456,17 @@ class Calibration:
                      + ("" if self.repeat_discount_forward or self.repeat_discount_backward else
                         " (not told: no run here repeats a stage at two run lengths in one place class, as a "
                         "GPipe run at m = 2p does)"))
+        told = self.diagnostics.get("compute_growth_fit")
+        if self.compute_growth:
+            lines.append(f"  compute grows into the step: x(1 + {self.compute_growth:.3g}/s x min(t, "
+                         f"{self.growth_horizon * 1e3:.1f} ms)), from the thread CPU time of {told['actions']} actions "
+                         f"(standard error {told['standard_error']:.2g}/s)" if told else
+                         f"  compute grows into the step: x(1 + {self.compute_growth:.3g}/s x min(t, "
+                         f"{self.growth_horizon * 1e3:.1f} ms))")
+        elif told:
+            lines.append(f"  compute growth into the step not kept: {told['rate']:.3g}/s over {told['actions']} "
+                         f"actions, within {GROWTH_STANDARD_ERRORS:g} standard errors "
+                         f"({told['standard_error']:.2g}/s) of none")
         if self.place_factors:
             places = "; ".join(f"{k} " + " ".join(f"x{x:.3f}" for x in v) for k, v in self.place_factors.items() if v)
             lines.append(f"  a stage's first actions of a kind in a step (cost over the later ones'): {places}")
@@ -555,14 +592,16 @@ def calibrate_runs(runs: Sequence[MeasuredRun], idle_share: float | None = None)
     # every fit reads the runs without their far-out steps; the replays read the whole runs
     typical = [run.with_steps([s for s in run.steps if s not in out]) if out else run for run, out in zip(runs, far)]
     fits = [TransferFits.of(run) for run in typical]
-    discounts = choose_discounts(typical, [found.dispatch for found in fits])  # one per kind for all
-    noted = {}
+    dispatch = [found.dispatch for found in fits]
+    growth, told = fit_growth(typical, dispatch)  # one law for all
+    discounts = choose_discounts(typical, dispatch, growth)  # one per kind for all
+    noted = {"compute_growth_fit": told} if told else {}
     if any(far):
         noted["far_out_steps"] = {str(run.path): out for run, out in zip(runs, far)}
     if idle_share is not None or all(shared_cores(run) is None for run in runs):
-        calibration = calibrate_at_share(typical, fits, 0.0 if idle_share is None else idle_share, discounts)
+        calibration = calibrate_at_share(typical, fits, 0.0 if idle_share is None else idle_share, discounts, growth)
     else:
-        chosen, tried = choose_share(lambda share: calibrate_at_share(typical, fits, share, discounts),
+        chosen, tried = choose_share(lambda share: calibrate_at_share(typical, fits, share, discounts, growth),
                                      lambda calibration: replay_error(calibration.for_run, runs))
         calibration = tried[chosen][1]
         noted["idle_share_choice"] = {"by": "step times", "share": chosen, "cells_share": fit_idle_share(*typical),
@@ -578,6 +617,86 @@ def far_out_steps(run: MeasuredRun) -> list[int]:
         return []
     q1, q3 = np.quantile(times, [0.25, 0.75])
     return [step for step, t in zip(run.steps, times) if t > q3 + 3 * (q3 - q1)]
+
+
+@dataclass(frozen=True)
+class Growth:
+    """How a compute action's cost grows into its step (sim.costs.growth_factor): `rate` per
+    second, up to `horizon` seconds. The default is none."""
+
+    rate: float = 0.0
+    horizon: float = 0.0
+
+    def factor(self, since_start):
+        """sim.costs.growth_factor at `since_start` seconds (a number or a numpy array)."""
+        return growth_factor(self.rate, self.horizon, since_start)
+
+
+def growth_rows(run: MeasuredRun, dispatch: float) -> pd.DataFrame | None:
+    """The run's actions that tell the growth (`fit_growth`), or None where it tells none (its
+    ranks had cores of their own, or it has no cpu.csv): its switching actions at the later
+    place class, which the model prices alike per stage and kind (no place factor, no repeat
+    discount), with their step, rank, stage, kind, start into the step and thread CPU time plus
+    `dispatch` (the simulated action holds the loop's gap)."""
+    if shared_cores(run) is None or run.cpu is None:
+        return None
+    frame = _compute_rows(run)
+    seconds = run.thread_cpu
+    frame = frame.loc[frame.index.intersection(seconds.index)]
+    frame = frame[frame["switch"] & (frame["place"] == later_place(run))]
+    return pd.DataFrame({"step": frame["step"], "rank": frame["rank"], "stage": frame["stage"], "kind": frame["kind"],
+                         "start": run.timeline.loc[frame.index, "start"],
+                         "cost": seconds.loc[frame.index] + dispatch})
+
+
+def fit_growth(runs: Sequence[MeasuredRun], dispatch: Sequence[float]) -> tuple[Growth, dict[str, Any]]:
+    """How a compute action's cost grows into its step, fitted to the thread CPU time of the
+    runs' actions that tell it (`growth_rows`; `dispatch[i]` is run i's dispatch overhead), and
+    what the fit found (empty where no run tells it). An action costs c x s x (1 + rate x
+    min(start, horizon)): c its group's (run, rank, stage, kind), s its step's (run, step: a
+    step the machine ran slow holds dear actions and pushes them later, which without s reads as
+    growth), the horizon the latest start the runs hold (per run the median over its steps of
+    the step's latest start, then the largest). Rate, c and s by alternating least squares
+    (exact on costs that follow the law). Kept only where it stands out of its own noise (more
+    than GROWTH_STANDARD_ERRORS standard errors from 0): elsewhere none (module docstring)."""
+    pieces, horizon = [], 0.0
+    for index, (run, gap) in enumerate(zip(runs, dispatch)):
+        rows = growth_rows(run, gap)
+        if rows is None or rows.empty:
+            continue
+        pieces.append(rows.assign(run=index))
+        compute = run.timeline[run.timeline["kind"].isin(COMPUTE_NAMES)]
+        horizon = max(horizon, float(compute.groupby("step")["start"].max().median()))
+    if not pieces:
+        return Growth(), {}
+    rows = pd.concat(pieces, ignore_index=True)
+    group = rows.groupby(["run", "rank", "stage", "kind"]).ngroup().to_numpy()
+    step = rows.groupby(["run", "step"]).ngroup().to_numpy()
+    in_group, in_step = np.bincount(group), np.bincount(step)
+    cost, x = rows["cost"].to_numpy(), np.minimum(rows["start"].to_numpy(), horizon)
+    told: dict[str, Any] = {"actions": int(len(rows)), "groups": int(len(in_group)), "steps": int(len(in_step)),
+                            "horizon": horizon}
+    free = len(rows) - len(in_group) - len(in_step) - 1
+    if free <= 0 or np.ptp(x) <= 0:
+        return Growth(), {**told, "rate": 0.0, "standard_error": math.inf, "kept": False}
+    rate, slow = 0.0, np.ones(len(in_step))
+    for _ in range(GROWTH_ITERATIONS):
+        grown = 1.0 + rate * x
+        base = np.bincount(group, cost / (slow[step] * grown)) / in_group
+        slow = np.bincount(step, cost / (base[group] * grown)) / in_step
+        slow /= slow.mean()
+        level = cost / (base[group] * slow[step])
+        slope, intercept = np.polyfit(x, level, 1)
+        new = float(slope / intercept)
+        converged = abs(new - rate) <= 1e-12 * (1.0 + abs(new))
+        rate = new
+        if converged:
+            break
+    residual = level - (intercept + slope * x)
+    error = math.sqrt(float(np.sum(residual ** 2)) / free / float(np.sum((x - x.mean()) ** 2))) / abs(float(intercept))
+    kept = abs(rate) * horizon > 1e-9 and abs(rate) > GROWTH_STANDARD_ERRORS * error and 1.0 + rate * horizon > 0
+    told = {**told, "rate": rate, "standard_error": error, "kept": bool(kept)}
+    return (Growth(rate, horizon) if kept else Growth()), told
 
 
 @dataclass(frozen=True)
@@ -602,15 +721,17 @@ class TransferFits:
 
 
 def calibrate_at_share(runs: Sequence[MeasuredRun], fits: Sequence[TransferFits], idle: float,
-                       discounts: Mapping[str, float]) -> Calibration:
+                       discounts: Mapping[str, float], growth: "Growth | None" = None) -> Calibration:
     """`calibrate_runs`' fit of `runs` (already without their far-out steps: `far_out_steps`)
     with each run's share-independent fits given (`TransferFits.of`, in the order of `runs`;
-    `discounts`: `choose_discounts` of them all) and every run's compute taken under the idle
-    share `idle`, so that a choice among shares fits the transfers and the discounts once."""
+    `discounts`: `choose_discounts` of them all; `growth`: `fit_growth` of them all, default none)
+    and every run's compute taken under the idle share `idle`, so that a choice among shares fits
+    the transfers, the discounts and the growth once."""
+    growth = growth or Growth()
     if not runs:
         raise CostError("calibrate needs at least one run")
     post = fit_post_overhead(*runs)  # one slope for all: a single run often cannot show it
-    fitted = [_fit_one(run, found, idle, post, discounts) for run, found in zip(runs, fits)]
+    fitted = [_fit_one(run, found, idle, post, discounts, growth) for run, found in zip(runs, fits)]
     first = fitted[0][0]
     for run, (c, _) in zip(runs[1:], fitted[1:]):
         if dict(c.model) != dict(first.model) or c.rows != first.rows:
@@ -623,7 +744,8 @@ def calibrate_at_share(runs: Sequence[MeasuredRun], fits: Sequence[TransferFits]
     calibration = replace(calibration, duration_spread=spread_quantiles(pooled[0]),
                           transfer_spread=spread_quantiles(pooled[1]), rank_spread=spread_quantiles(pooled[2]),
                           step_spread=spread_quantiles(pooled[3]), step_overhead_spread=spread_quantiles(pooled[4]),
-                          idle_share=idle, post_overhead=post)
+                          idle_share=idle, post_overhead=post, compute_growth=growth.rate,
+                          growth_horizon=growth.horizon)
     return calibration
 
 
@@ -687,18 +809,20 @@ def quality_lines(quality: Mapping[str, Any]) -> list[str]:
 
 
 def _fit_one(run: MeasuredRun, fits: TransferFits, idle: float, post: float = 0.0,
-             discounts: Mapping[str, float] | None = None
+             discounts: Mapping[str, float] | None = None, growth: "Growth | None" = None
              ) -> tuple[Calibration, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
     """Every parameter fitted from one run, and the run's compute, transfer, rank, step and
     step overhead spread residuals (no quality yet); where its ranks shared cores, its compute
     taken with a rank not computing taking `idle` of a core (`fit_idle_share`, over every run
     calibrated with it); `post` the cost of a receive posted before a rank's first action
     (`fit_post_overhead`), whose simulated lead leaves the step overhead; `discounts` what a long
-    run of repeats saves, per kind (`choose_discounts`, over every run calibrated with it)."""
+    run of repeats saves, per kind (`choose_discounts`, over every run calibrated with it);
+    `growth` how an action's cost grows into its step (`fit_growth`, likewise; default none)."""
     schedule = run.program.schedule
+    growth = growth or Growth()
     transfers, law, dispatch, send, recv = fits.transfers, fits.law, fits.dispatch, fits.send, fits.recv
     discounts = discounts or {}
-    measured, switch, places = compute_costs(run, dispatch, idle, discounts)
+    measured, switch, places = compute_costs(run, dispatch, idle, discounts, growth)
     stages = run_stages(run, measured)
     diagnostics: dict[str, Any] = {}
     compute = activation = weight_memory = None
@@ -753,7 +877,7 @@ def _fit_one(run: MeasuredRun, fits: TransferFits, idle: float, post: float = 0.
         idle_share=idle,
         post_ahead=run.post_ahead.written,
         handover_memory=handover,
-    ), (spread_residuals(run, idle), transfer_residuals(transfers, law), *rank_and_step_residuals(run, idle),
+    ), (spread_residuals(run, idle, growth), transfer_residuals(transfers, law), *rank_and_step_residuals(run, idle, growth),
         overheads / step_overhead if step_overhead > 0 else np.ones(0))
 
 
@@ -916,12 +1040,12 @@ def anchored(fit: LinearCost, stages: list[dict], kind: str) -> LinearCost:
     return LinearCost(fit.per_layer, fixed)
 
 
-def spread_residuals(run: MeasuredRun, idle: float | None = None) -> np.ndarray:
+def spread_residuals(run: MeasuredRun, idle: float | None = None, growth: "Growth | None" = None) -> np.ndarray:
     """Each compute action's duration over its typical cost (`typical_costs`) times its rank's
     factor in that step (what the step and rank spreads draw together,
     `rank_and_step_residuals`), its deviation widened by sqrt(n / (n - 1)) for a step and rank
     of n actions (the factor is fitted on them)."""
-    frame = typical_costs(compute_frame(run, idle))
+    frame = typical_costs(compute_frame(run, idle, growth))
     sums = frame.groupby(["step", "rank"])[["duration", "typical"]].transform("sum")
     size = frame.groupby(["step", "rank"])["duration"].transform("size")
     keep = (size >= 2) & (frame["typical"] > 0) & (sums["duration"] > 0)
@@ -939,10 +1063,11 @@ def typical_costs(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.join(typical.rename("typical"), on=keys)
 
 
-def rank_and_step_residuals(run: MeasuredRun, idle: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+def rank_and_step_residuals(run: MeasuredRun, idle: float | None = None,
+                            growth: "Growth | None" = None) -> tuple[np.ndarray, np.ndarray]:
     """The rank spread's residuals (per step and rank: the rank's own factor) and the step
     spread's (per step: all ranks' compute over its typical cost), module docstring."""
-    sums = typical_costs(compute_frame(run, idle)).groupby(["step", "rank"])[["duration", "typical"]].sum()
+    sums = typical_costs(compute_frame(run, idle, growth)).groupby(["step", "rank"])[["duration", "typical"]].sum()
     sums = sums[sums["typical"] > 0]
     steps = sums.groupby(level="step").sum()
     shared = steps["duration"] / steps["typical"]
@@ -1061,7 +1186,7 @@ def fit_p2p(run: MeasuredRun, transfers: Sequence[TransferRow], law: tuple[float
 
 
 def compute_costs(run: MeasuredRun, dispatch: float, idle: float | None = None,
-                  discounts: Mapping[str, float] | None = None
+                  discounts: Mapping[str, float] | None = None, growth: "Growth | None" = None
                   ) -> tuple[dict[str, list[float]], dict[str, float], dict[str, tuple[float, ...]]]:
     """Per compute kind present: each stage's cost of a switching action at a later place,
     what switching adds, and the factors of a stage's first places in a step (module docstring),
@@ -1073,15 +1198,15 @@ def compute_costs(run: MeasuredRun, dispatch: float, idle: float | None = None,
     length schedules.analysis.run_lengths. A cell's value is the mean over
     steps of its actions' mean duration in the step (a step's length adds them up, and the
     spreads below are scaled to mean 1 around these), plus `dispatch` (the simulated action
-    holds the loop's gap, which the measured row leaves out). The model value = c[stage] x
+    holds the loop's gap, which the measured row leaves out), over `growth`'s factor at the
+    action's start (the price at a step's start, default no growth). The model value = c[stage] x
     f[class] x repeat_factor(length) + switch x [length = 1], f = 1 for later actions, is fitted
     by `fit_cells`.
     """
     costs, extra, factors = {}, {}, {}
     n = run.program.schedule.num_stages
     top = later_place(run)
-    frame = compute_frame(run, idle)
-    frame["duration"] += dispatch
+    frame = compute_frame(run, idle, growth, dispatch)
     for kind, cells in kind_cells(frame).items():
         fit = fit_cells(cells, top, (discounts or {}).get(kind, 0.0))
         costs[kind] = [fit.stage_cost[st] + fit.switch - dispatch if st in fit.stage_cost else 0.0 for st in range(n)]
@@ -1204,7 +1329,8 @@ DISCOUNT_GRID = tuple(x / 20 for x in range(19))  # 0, 0.05, ..., 0.9; then refi
 DISCOUNT_REFINE = 24  # golden-section steps: the bracket shrinks to 0.1 x 0.618^24, about 1e-6
 
 
-def choose_discounts(runs: Sequence[MeasuredRun], dispatch: Sequence[float]) -> dict[str, float]:
+def choose_discounts(runs: Sequence[MeasuredRun], dispatch: Sequence[float],
+                     growth: "Growth | None" = None) -> dict[str, float]:
     """Per compute kind: what a long run of repeats saves (sim.costs.repeat_factor) that fits the
     cells of `runs` best (least squares over the runs that can tell it, `Cells.tells_discount`,
     each run fitted by `fit_cells` at that discount); 0 where none can. `dispatch[i]` is run i's
@@ -1214,7 +1340,8 @@ def choose_discounts(runs: Sequence[MeasuredRun], dispatch: Sequence[float]) -> 
     (cpu.csv), or not at all without one: its repeats come in warm-up and cool-down, where fewer
     ranks compute, and their durations on a core of their own, read through the sharing model,
     carry that model's miss there, of the discount's size. So the choice does not depend on the
-    idle share: made once for every share `calibrate_runs` tries.
+    idle share: made once for every share `calibrate_runs` tries. Each value is taken over
+    `growth`'s factor at its action's start (`fit_growth`; default none), as the cells are.
     """
     told: dict[str, list[tuple[Cells, int]]] = {}
     for run, gap in zip(runs, dispatch):
@@ -1226,6 +1353,8 @@ def choose_discounts(runs: Sequence[MeasuredRun], dispatch: Sequence[float]) -> 
             seconds = run.thread_cpu
             frame = frame.loc[frame.index.intersection(seconds.index)].assign(duration=seconds)
         frame["duration"] += gap
+        if growth is not None and growth.rate:
+            frame["duration"] /= growth.factor(run.timeline.loc[frame.index, "start"].to_numpy())
         top = later_place(run)
         for kind, cells in kind_cells(frame).items():
             if cells.tells_discount():
@@ -1280,17 +1409,22 @@ def _compute_rows(run: MeasuredRun) -> pd.DataFrame:
     return frame[timeline["kind"].isin(COMPUTE_NAMES)].copy()
 
 
-def compute_frame(run: MeasuredRun, idle: float | None = None) -> pd.DataFrame:
+def compute_frame(run: MeasuredRun, idle: float | None = None, growth: "Growth | None" = None,
+                  dispatch: float = 0.0) -> pd.DataFrame:
     """The run's compute rows: step, rank, stage, kind, switch (schedules.analysis.switches),
     length (schedules.analysis.run_lengths), place class (schedules.analysis.places up to `later_place`) and duration (seconds; for
     ranks that shared fewer cores than there were ranks, `full_speed` with `idle` the share of
-    a core a rank not computing takes, default the run's own `fit_idle_share`)."""
+    a core a rank not computing takes, default the run's own `fit_idle_share`), plus `dispatch`,
+    over `growth`'s factor at the row's start (default none): what it costs at a step's start."""
     frame = _compute_rows(run)
     cores = shared_cores(run)
+    rows = run.timeline.loc[frame.index]
     if cores is not None:  # what each action would have cost on its own processor
-        rows = run.timeline.loc[frame.index]
         frame["duration"] = full_speed(rows["step"].to_numpy(), rows["start"].to_numpy(), rows["end"].to_numpy(),
                                        cores, host_ranks(run), fit_idle_share(run) if idle is None else idle)
+    frame["duration"] += dispatch
+    if growth is not None and growth.rate:
+        frame["duration"] /= growth.factor(rows["start"].to_numpy())
     return frame
 
 

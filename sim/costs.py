@@ -71,6 +71,12 @@ such action costs its stage cost times factor k (then the switch cost, if it swi
 later ones their stage cost. On a CPU executor the first backward of a stage assigns the
 weight gradients that later ones add to (cheaper) and the first forward after the
 optimizer step finds other data in the caches (dearer); sim.calibration fits them.
+``compute_growth`` (per second, default 0) and ``growth_horizon`` (seconds): a compute action
+that starts t into its step (the simulated step starts at 0) costs all of the above times
+``1 + compute_growth x min(t, growth_horizon)`` (`growth_factor`), applied as the engine
+starts it, so the same action costs more in a long step than in a short one. Where four ranks
+shared two cores, an action's own thread CPU time rose 10-25% over a 50-90 ms step, the same in
+every schedule (README, "Dearer the longer the step"); sim.calibration fits it.
 
 Spread of compute times (default none: every action costs its stage's value): real
 compute actions vary around their typical cost, and a step's makespan is a max over
@@ -148,6 +154,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Mapping, Protocol, Sequence, Union
 
+import numpy as np
+
 from schedules import Kind, Schedule, ScheduleError
 from schedules.ir import COMPUTE_NAMES
 from schedules.io import read_json
@@ -193,6 +201,17 @@ def repeat_factor(discount: float, length: int) -> float:
     stage and kind (schedules.analysis.run_lengths): 1 up to the second, then 1 - discount x
     (1 - 1 / (length - 1))."""
     return 1.0 if length <= 2 else 1.0 - discount * (1.0 - 1.0 / (length - 1))
+
+
+def growth_factor(growth: float, horizon: float, since_start):
+    """What a compute action costs, over its price, when it starts `since_start` into its step
+    (seconds, or ns with `growth` per ns and `horizon` in ns; a number or a numpy array):
+    1 + growth x min(since_start, horizon). Where ranks share the cores, an action's own CPU time
+    grows the longer its step has kept them busy (sim.calibration, `fit_growth`); past the
+    horizon, the latest start its calibration runs held, the law is not extrapolated."""
+    if isinstance(since_start, np.ndarray):
+        return 1.0 + growth * np.minimum(since_start, horizon)
+    return 1.0 + growth * min(since_start, horizon)
 
 
 def _number(name: str, value: Any) -> float:
@@ -243,6 +262,8 @@ class ResolvedCosts:
     switch_backward: int = 0
     repeat_discount_forward: float = 0.0
     repeat_discount_backward: float = 0.0
+    growth: float = 0.0  # per ns into the step: a compute action's cost grows (growth_factor)
+    growth_horizon: int = 0  # ns: the start past which it grows no more
     place_factors: tuple[tuple[Kind, tuple[float, ...]], ...] = ()
     spread: tuple[float, ...] = ()
     transfer_spread: tuple[float, ...] = ()
@@ -293,7 +314,9 @@ class CostModel:
     its rank's previous compute action's stage and kind), repeat_discount_forward /
     repeat_discount_backward (0 <= discount < 1: the k-th action of a run of repeats costs its
     stage cost times 1 - discount x (1 - 1 / (k - 1)) from k = 3); place_factors (kind name -> factors
-    of the first actions of a stage and kind in a step, module docstring).
+    of the first actions of a stage and kind in a step, module docstring); compute_growth (per
+    second, default 0) and growth_horizon (seconds): a compute action starting t into its step
+    costs 1 + compute_growth x min(t, growth_horizon) times its price (`growth_factor`).
     Spread (module docstring): duration_spread, transfer_spread, rank_spread, step_spread and
     step_overhead_spread (relative factors of compute times, transfer times, a rank's compute in
     a step, every rank's compute in a step and the step overhead; default none)
@@ -325,6 +348,8 @@ class CostModel:
     switch_backward: float = 0.0
     repeat_discount_forward: float = 0.0
     repeat_discount_backward: float = 0.0
+    compute_growth: float = 0.0
+    growth_horizon: float = 0.0
     place_factors: Mapping[str, Sequence[float]] | tuple = ()
     duration_spread: Sequence[float] = ()
     transfer_spread: Sequence[float] = ()
@@ -359,6 +384,13 @@ class CostModel:
             discount = getattr(self, name)
             if isinstance(discount, bool) or not isinstance(discount, (int, float)) or not 0.0 <= discount < 1.0:
                 raise CostError(f"{name} must be a number from 0 up to (not including) 1, got {discount!r}")
+        growth = self.compute_growth
+        if isinstance(growth, bool) or not isinstance(growth, (int, float)) or not math.isfinite(growth):
+            raise CostError(f"compute_growth must be a finite number (per second), got {growth!r}")
+        horizon = _number("growth_horizon", self.growth_horizon)
+        if growth_factor(growth, horizon, horizon) <= 0:
+            raise CostError(f"compute_growth {growth!r} over growth_horizon {horizon!r} s would make compute free or "
+                            "negative: 1 + compute_growth x growth_horizon must be > 0")
         bandwidth = self.p2p_bandwidth
         if isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float)) or not bandwidth > 0:
             raise CostError(f"p2p_bandwidth must be a number > 0 (bytes/s), got {bandwidth!r}")
@@ -491,6 +523,8 @@ class CostModel:
             switch_backward=round(self.switch_backward * NS_PER_S),
             repeat_discount_forward=float(self.repeat_discount_forward),
             repeat_discount_backward=float(self.repeat_discount_backward),
+            growth=float(self.compute_growth) / NS_PER_S,
+            growth_horizon=round(self.growth_horizon * NS_PER_S),
             place_factors=tuple((Kind(k), v) for k, v in self.place_factors),
             spread=self.duration_spread,
             transfer_spread=self.transfer_spread,

@@ -25,6 +25,9 @@ Semantics (times are integer nanoseconds, so results are exact and deterministic
   a rank starts its stream ``post_overhead`` times the receives it posts before its first
   action later (``post_ahead``, schedules.posting.posted_first; every receive of its step
   with whole-step posting), holding its rank but no shared processor, as a SEND's overhead.
+  With ``compute_growth`` (sim.costs) a compute action's time, all of that (and its spread's
+  draw) included, is times ``growth_factor`` of the simulated time it starts at, rounded to the
+  nanosecond: the engine prices it when it starts.
 
 With ``cores`` (sim.costs; one host's CPU executor running more ranks than it has cores) the
 ranks' compute shares that many processors: while k actions compute, each advances at
@@ -68,7 +71,7 @@ from schedules.analysis import places, run_lengths
 from schedules.ir import Direction, transfer_count
 from schedules.posting import posted_first
 
-from .costs import CostModel, ResolvedCosts, processor_share, spread_factors, repeat_factor
+from .costs import CostModel, ResolvedCosts, growth_factor, processor_share, repeat_factor, spread_factors
 from .handover import adjustments
 from .result import RankRecord, SimResult
 
@@ -113,7 +116,8 @@ def simulate(schedule_or_program: Schedule | Program, costs: CostModel) -> SimRe
         records, overhead = median_draw(compiled, resolved)
     else:
         records = replay(compiled, resolved.contention, resolved.send_overhead, resolved.recv_overhead,
-                         resolved.cores, resolved.transfer_load, resolved.idle_share)
+                         resolved.cores, resolved.transfer_load, resolved.idle_share, resolved.growth,
+                         resolved.growth_horizon)
         overhead = resolved.step_overhead
     _check_finished(program, records)
     return SimResult.from_records(program, costs, resolved, records, overhead)
@@ -122,8 +126,15 @@ def simulate(schedule_or_program: Schedule | Program, costs: CostModel) -> SimRe
 def compute_seconds(program: Program, costs: CostModel) -> float:
     """The program's compute time for one step under `costs`, summed over ranks: every compute
     action's typical time (switch and place included, no spread, each on a processor of its
-    own), seconds."""
-    compiled = compile_program(program, costs.for_schedule(program.schedule))
+    own; where compute grows into the step, at the start a replay without spread gives it),
+    seconds."""
+    resolved = costs.for_schedule(program.schedule)
+    compiled = compile_program(program, resolved)
+    if resolved.growth:
+        records = replay(compiled, resolved.contention, resolved.send_overhead, resolved.recv_overhead,
+                         resolved.cores, resolved.transfer_load, resolved.idle_share, resolved.growth,
+                         resolved.growth_horizon)
+        return sum(r.work for r in records) / 1e9
     return sum(op[1] for row in compiled.ops for op in row if op[0] == _COMPUTE) / 1e9
 
 
@@ -260,7 +271,8 @@ def median_draw(compiled: Compiled, costs: ResolvedCosts) -> tuple[list[RankReco
 
     def run(draw: int) -> list[RankRecord]:
         return replay(spread_draw(compiled, tables, draw), costs.contention, costs.send_overhead,
-                      costs.recv_overhead, costs.cores, costs.transfer_load, costs.idle_share)
+                      costs.recv_overhead, costs.cores, costs.transfer_load, costs.idle_share, costs.growth,
+                      costs.growth_horizon)
 
     steps = sorted((makespan_ns(run(draw)) + overheads[draw], draw) for draw in range(costs.draws))
     chosen = steps[(len(steps) - 1) // 2][1]
@@ -273,11 +285,14 @@ def makespan_ns(records: list[RankRecord]) -> int:
 
 
 def replay(compiled: Compiled, contention: bool, send_overhead: int = 0, recv_overhead: int = 0,
-           cores: int = 0, load: int = 0, idle: float = 0.0) -> list[RankRecord]:
+           cores: int = 0, load: int = 0, idle: float = 0.0, growth: float = 0.0,
+           horizon: int = 0) -> list[RankRecord]:
     """Replay compiled streams in the SimPy model; returns what each rank's process recorded
     (overheads in ns; `cores` > 0: the ranks' compute shares that many processors, ranks not
     computing taking `idle` of one each; `load` > 0:
-    ns a transfer takes longer per rank computing while it is on the wire, class Wire)."""
+    ns a transfer takes longer per rank computing while it is on the wire, class Wire;
+    `growth` per ns and `horizon` ns: a compute action costs sim.costs.growth_factor of its
+    compiled duration at the time it starts)."""
     env = simpy.Environment()
     arrivals = [-1] * compiled.num_transfers  # arrival time of each transfer, -1 until sent
     waiters: dict[int, simpy.Event] = {}  # transfer id -> event of the rank blocked on it
@@ -289,7 +304,7 @@ def replay(compiled: Compiled, contention: bool, send_overhead: int = 0, recv_ov
     for ops, out, begin in zip(compiled.ops, records, begins):
         env.process(
             _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overhead, recv_overhead, out,
-                          shared, wire, begin)
+                          shared, wire, begin, growth, horizon)
         )
     env.run()
     return records
@@ -439,13 +454,15 @@ class Wire:
 
 
 def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overhead, recv_overhead, out: RankRecord,
-                  shared: "Processors | None" = None, wire: "Wire | None" = None, begin: int = 0):
+                  shared: "Processors | None" = None, wire: "Wire | None" = None, begin: int = 0,
+                  growth: float = 0.0, horizon: int = 0):
     """Walk one rank's ops from `begin` ns on, recording into `out` as it goes (compute on
-    `shared` processors when given, else on the rank's own; transfers on `wire` when given)."""
+    `shared` processors when given, else on the rank's own; transfers on `wire` when given; a
+    compute action's duration times growth_factor(growth, horizon, its start))."""
     timeout = env.timeout
     record = out.times.append
     memory = out.memory
-    now = held = peak = busy = 0
+    now = held = peak = busy = work = 0
     if begin:
         yield timeout(begin)
         now = begin
@@ -462,6 +479,9 @@ def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overh
                 if held > peak:
                     peak = held
             start = now
+            if growth and duration:
+                duration = round(duration * growth_factor(growth, horizon, now))
+            work += duration
             if duration:
                 # Zero-cost actions skip the event: times are max-plus in the inputs,
                 # so the order of same-time events cannot change any result.
@@ -530,7 +550,7 @@ def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overh
                 now = done
             record(reached)
             record(now)
-    out.busy, out.first, out.last, out.peak = busy, first, last, peak
+    out.busy, out.first, out.last, out.peak, out.work = busy, first, last, peak, work
 
 
 def _check_finished(program: Program, records: list[RankRecord]) -> None:

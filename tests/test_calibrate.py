@@ -75,6 +75,7 @@ IDLE = 0.0  # with CORES: the share of a core a rank not computing takes
 LOAD = 0.0  # what a transfer takes longer per rank computing meanwhile (none unless a test sets it)
 POST = 0.0  # rank time per receive posted before a rank's first action (none unless a test sets it)
 POST_AHEAD = 0  # where the executor posts its receives ("step": all at the step's start)
+GROWTH = (0.0, 0.0)  # per second and up to what start a compute action's cost grows (sim.costs.growth_factor)
 
 
 def true_costs(num_stages: int) -> CostModel:
@@ -88,7 +89,8 @@ def true_costs(num_stages: int) -> CostModel:
         send_overhead=SEND, recv_overhead=RECV, step_overhead=STEP,
         switch_forward=SWITCH["F"], switch_backward=SWITCH["B"], repeat_discount_forward=DISCOUNT["F"],
         repeat_discount_backward=DISCOUNT["B"], place_factors=PLACES, cores=CORES, idle_share=IDLE,
-        p2p_load_latency=LOAD, post_overhead=POST, post_ahead=POST_AHEAD,
+        p2p_load_latency=LOAD, post_overhead=POST, post_ahead=POST_AHEAD, compute_growth=GROWTH[0],
+        growth_horizon=GROWTH[1],
     )
 
 
@@ -121,10 +123,16 @@ def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profil
 
     pd.concat(timeline)[list(TIMELINE_COLUMNS)].to_csv(path / "timeline.csv", index=False)
     if CORES is not None:  # the executor's cpu.csv: each compute action's time on a core of its own
-        alone = simulate(program, dataclasses.replace(true_costs(n), cores=None)).timeline
+        alone = simulate(program, dataclasses.replace(true_costs(n), cores=None, compute_growth=0.0)).timeline
         alone = alone[alone["kind"].isin(["F", "B"])]
-        cpu = alone[["rank", "action"]].assign(thread_cpu=alone["end"] - alone["start"] - DISPATCH)
-        pd.concat([cpu.assign(step=k) for k in range(steps)])[["step", "rank", "action", "thread_cpu"]].to_csv(
+        # its price, grown at the time it started in the run (whole ns, as the engine rounds)
+        started = result.timeline.set_index(["rank", "action"]).loc[list(zip(alone["rank"], alone["action"])), "start"]
+        price = np.round((alone["end"] - alone["start"]).to_numpy() / NS)
+        grown = np.round(price * (1.0 + GROWTH[0] * NS * np.minimum(np.round(started.to_numpy() / NS),
+                                                                    round(GROWTH[1] / NS))))
+        cpu = alone[["rank", "action"]].assign(thread_cpu=grown * NS - DISPATCH)
+        pd.concat([cpu.assign(step=k, thread_cpu=cpu["thread_cpu"] * stalls.get(k, 1.0)) for k in range(steps)])[
+            ["step", "rank", "action", "thread_cpu"]].to_csv(
             path / "cpu.csv", index=False)
     memory = result.memory.assign(source="measured")
     pd.concat([memory.assign(step=k) for k in range(steps)]).to_csv(path / "memory.csv", index=False)
@@ -413,6 +421,81 @@ def test_where_ranks_share_cores_the_discount_is_told_by_thread_cpu_time(tmp_pat
     (tmp_path / "gpipe" / "cpu.csv").unlink()
     bare = calibrate_runs([read_measured(tmp_path / "calib"), read_measured(tmp_path / "gpipe")], idle_share=0.0)
     assert (bare.repeat_discount_forward, bare.repeat_discount_backward) == (0.0, 0.0)
+
+
+def latest_start(run) -> float:
+    """The run's latest compute start into a step (its steps are alike)."""
+    return float(run.timeline[run.timeline["kind"].isin(["F", "B"])]["start"].max())
+
+
+def test_compute_that_grows_into_the_step_is_recovered_where_ranks_share_cores(tmp_path, monkeypatch):
+    """Two ranks on one core whose compute actions cost 1 + 0.5/s x (their start into the step)
+    times their price (up to 10 s: no cap inside a step). The rate comes back from the actions'
+    thread CPU time, with the horizon at the latest start the run holds, the per-layer costs with
+    it; the run replays itself, a 1F1B run at m=4 (every start within the horizon) is predicted
+    exactly, and a GPipe run at m=16, longer, exactly as a machine whose growth stops at the
+    horizon (the law is not extrapolated). The same runs without growth fit none."""
+    monkeypatch.setitem(globals(), "CORES", 1)
+    monkeypatch.setitem(globals(), "DISPATCH", 0.0)  # a measured row ends at its action's end
+    monkeypatch.setitem(globals(), "GROWTH", (0.5, 10.0))
+    write_run(tmp_path / "calib", "1f1b", 8, profile=True)
+    run = read_measured(tmp_path / "calib")
+    c = calibrate_runs([run], idle_share=0.0)
+    assert c.compute_growth == pytest.approx(0.5, rel=1e-6)
+    assert c.growth_horizon == pytest.approx(latest_start(run), rel=1e-12)
+    assert c.diagnostics["compute_growth_fit"]["kept"]
+    assert "compute grows into the step: x(1 + 0.5/s" in c.report()
+    for kind in ("F", "B"):
+        assert c.compute[kind].per_layer == pytest.approx(PER_LAYER[kind], rel=1e-5)
+    comparison, _ = compare_run(run, c.for_run(run))
+    assert abs(comparison.step_time_error) < 1e-6
+    truth = write_run(tmp_path / "short", "1f1b", 4)
+    short = read_measured(tmp_path / "short")
+    assert latest_start(short) < c.growth_horizon
+    assert simulate(short.program, c.for_run(short)).step_time == pytest.approx(truth, rel=1e-6)
+    plain = dataclasses.replace(c, compute_growth=0.0)  # the same prices without the law: short
+    assert simulate(short.program, plain.for_run(short)).step_time < truth * 0.97
+    monkeypatch.setitem(globals(), "GROWTH", (0.5, c.growth_horizon))
+    truth = write_run(tmp_path / "long", "gpipe", 16)
+    long = read_measured(tmp_path / "long")
+    assert latest_start(long) > c.growth_horizon * 1.2
+    assert simulate(long.program, c.for_run(long)).step_time == pytest.approx(truth, rel=1e-6)
+    monkeypatch.setitem(globals(), "GROWTH", (0.0, 0.0))
+    write_run(tmp_path / "flat", "1f1b", 8, profile=True)
+    flat = calibrate_runs([read_measured(tmp_path / "flat")], idle_share=0.0)
+    assert flat.compute_growth == 0.0 and not flat.diagnostics["compute_growth_fit"]["kept"]
+
+
+def test_growth_is_told_only_by_thread_cpu_where_ranks_share_cores(tmp_path, monkeypatch):
+    """The machine above: a run on cores of its own, or without cpu.csv, tells no growth (the
+    law is fitted only where ranks shared cores, README "Dearer the longer the step"): the
+    calibration has none and no fit in its diagnostics."""
+    monkeypatch.setitem(globals(), "DISPATCH", 0.0)
+    monkeypatch.setitem(globals(), "GROWTH", (0.5, 10.0))
+    write_run(tmp_path / "own", "1f1b", 8, profile=True)
+    own = calibrate_runs([read_measured(tmp_path / "own")])
+    assert own.compute_growth == 0.0 and "compute_growth_fit" not in own.diagnostics
+    monkeypatch.setitem(globals(), "CORES", 1)
+    write_run(tmp_path / "bare", "1f1b", 8, profile=True)
+    (tmp_path / "bare" / "cpu.csv").unlink()
+    bare = calibrate_runs([read_measured(tmp_path / "bare")], idle_share=0.0)
+    assert bare.compute_growth == 0.0 and "compute_growth_fit" not in bare.diagnostics
+
+
+def test_a_slow_step_is_not_read_as_growth(tmp_path, monkeypatch):
+    """A machine without growth whose second step ran 1.5 times slower (its actions dearer and
+    so later): within each step every action costs the same, so the fit, which gives each step
+    its own level, finds no growth; pooling the steps, as a fit without that level would, reads a
+    clear rise from the same actions."""
+    monkeypatch.setitem(globals(), "CORES", 1)
+    monkeypatch.setitem(globals(), "DISPATCH", 0.0)
+    write_run(tmp_path / "calib", "1f1b", 8, stalls={1: 1.5})
+    run = read_measured(tmp_path / "calib")
+    growth, told = calibration_module.fit_growth([run], [0.0])
+    assert growth == calibration_module.Growth() and told["rate"] == pytest.approx(0.0, abs=1e-9)
+    rows = calibration_module.growth_rows(run, 0.0)
+    level = rows["cost"] / rows.groupby(["rank", "stage", "kind"])["cost"].transform("mean")
+    assert np.polyfit(rows["start"], level, 1)[0] > 0.5
 
 
 def test_ranks_sharing_one_core_are_calibrated_at_full_speed(tmp_path, monkeypatch):

@@ -79,6 +79,11 @@ def test_transfers_and_memory() -> None:
         ({"forward": 1.0, "backward_input": 1.0, "link_contention": "yes"}, "true or false"),
         ({"forward": 1.0, "backward_input": 1.0, "repeat_discount_forward": 1.0}, "up to .not including. 1"),
         ({"forward": 1.0, "backward_input": 1.0, "repeat_discount_backward": -0.1}, "repeat_discount_backward"),
+        ({"forward": 1.0, "backward_input": 1.0, "compute_growth": True}, "compute_growth must be a finite number"),
+        ({"forward": 1.0, "backward_input": 1.0, "compute_growth": math.inf}, "compute_growth must be a finite number"),
+        ({"forward": 1.0, "backward_input": 1.0, "growth_horizon": -1.0}, "growth_horizon must be a finite number"),
+        ({"forward": 1.0, "backward_input": 1.0, "compute_growth": -2.0, "growth_horizon": 0.5},
+         "1 \\+ compute_growth x growth_horizon must be > 0"),
     ],
 )
 def test_malformed_models(kwargs, message) -> None:
@@ -171,3 +176,34 @@ def test_a_long_run_of_repeats_costs_its_closed_form() -> None:
     runs = sum(1 - discount * (1 - 1 / (k - 1)) if k >= 3 else 1 for k in range(1, 6))
     expected = f * runs + 5 * b + 2 * switch
     assert simulate(schedules.build("gpipe", ranks=1, microbatches=5), costs).step_time == pytest.approx(expected, abs=1e-9)
+
+
+def test_compute_that_grows_into_the_step_costs_its_closed_form() -> None:
+    """One rank, GPipe at m=3, F 1 ms and B 2 ms, an action starting t into the step costs
+    1 + 100/s x min(t, 4 ms) of its price: F at 0, 1 and 2.1 ms (x1, x1.1, x1.21), then the B at
+    3.31 ms (x1.331) and two more past the horizon (x1.4 each): 11.572 ms, by hand. Without growth
+    9 ms; negative growth makes later actions cheaper by the same law."""
+    from sim import simulate
+    import schedules
+
+    gpipe = schedules.build("gpipe", ranks=1, microbatches=3)
+    costs = CostModel(forward=0.001, backward_full=0.002)
+    assert simulate(gpipe, costs).step_time == pytest.approx(0.009, abs=1e-12)
+    grown = simulate(gpipe, CostModel(forward=0.001, backward_full=0.002, compute_growth=100.0, growth_horizon=0.004))
+    assert grown.step_time == pytest.approx(0.001 + 0.0011 + 0.00121 + 0.002 * 1.331 + 2 * 0.002 * 1.4, abs=1e-9)
+    assert [round(t * 1e6) for t in grown.timeline["start"]] == [0, 1000, 2100, 3310, 5972, 8772]
+    cheaper = simulate(gpipe, CostModel(forward=0.001, backward_full=0.002, compute_growth=-100.0, growth_horizon=0.004))
+    assert cheaper.step_time == pytest.approx(0.001 + 0.0009 + 0.001 * (1 - 0.19) + 0.002 * (1 - 0.271) + 2 * 0.002 * 0.6,
+                                              abs=1e-9)
+
+
+def test_compute_seconds_counts_the_grown_work() -> None:
+    """sim.engine.compute_seconds (the typical compute a run's level is taken against) is the
+    replay's work, growth included: the closed form above."""
+    from sim.engine import compute_seconds
+    import schedules
+
+    program = schedules.lower(schedules.build("gpipe", ranks=1, microbatches=3))
+    grown = CostModel(forward=0.001, backward_full=0.002, compute_growth=100.0, growth_horizon=0.004)
+    assert compute_seconds(program, grown) == pytest.approx(0.011572, abs=1e-9)
+    assert compute_seconds(program, CostModel(forward=0.001, backward_full=0.002)) == pytest.approx(0.009, abs=1e-12)

@@ -85,8 +85,9 @@ def registered_schedule(rng: random.Random) -> Schedule:
     raise AssertionError("no legal registered schedule found")
 
 
-def random_costs(rng: random.Random, schedule: Schedule, contention: bool = False) -> CostModel:
-    """Per-stage costs in whole microseconds, transfers in whole nanoseconds."""
+def random_costs(rng: random.Random, schedule: Schedule, contention: bool = False, growth: bool = True) -> CostModel:
+    """Per-stage costs in whole microseconds, transfers in whole nanoseconds; compute that grows
+    into the step in some (unless `growth` is false)."""
     n = schedule.num_stages
 
     def us(lo: int, hi: int) -> list[float]:
@@ -126,6 +127,9 @@ def random_costs(rng: random.Random, schedule: Schedule, contention: bool = Fals
         repeat_discount_backward=rng.choice([0.0, 0.3, 0.5, 0.9]),
         place_factors={k: [rng.choice([0.5, 0.75, 1.0, 1.3, 2.0]) for _ in range(rng.randint(0, 3))]
                        for k in rng.sample(["F", "B", "I", "W"], rng.randint(0, 4))},
+        # per second into the step, up to a horizon of 50 us to 2 ms: at most x1.6, at least x0.6
+        compute_growth=rng.choice([0.0, 0.0, -200.0, 300.0, 1000.0]) if growth else 0.0,
+        growth_horizon=rng.randint(50, 2000) * 1e-6 if growth else 0.0,
     )
 
 
@@ -203,8 +207,12 @@ def critical_path(program, costs: CostModel, factors=None, transfer_factors=None
     same directed link) -> w(SEND), weighted by that previous transfer's time. A SEND's row
     is its time on the wire. A rank's first start node begins at post_overhead times
     `first_receives`. `factors[rank][i]` (optional) scales compute action i of rank,
-    `transfer_factors[rank][i]` the transfer time of SEND i of rank.
+    `transfer_factors[rank][i]` the transfer time of SEND i of rank. A compute action's edge is
+    then times 1 + compute_growth x min(start, growth_horizon), its start being its s node's
+    longest path, known when the node is taken in topological order, rounded to the ns.
     """
+    rate, horizon = costs.compute_growth / NS, round(costs.growth_horizon * NS)  # per ns, ns
+    computing = set()
     s2r = program.schedule.stage_to_rank
     edges: dict[tuple, list[tuple[tuple, int]]] = defaultdict(list)
     nodes = []
@@ -228,6 +236,8 @@ def critical_path(program, costs: CostModel, factors=None, transfer_factors=None
                     action.stage, action.kind):
                 repeats += 1
             edges[start].append((end, own_time(costs, action, repeats, factor, earlier)))
+            if action.kind.is_compute:
+                computing.add(start)
             if i > 0:
                 edges[("e", rank, i - 1)].append((start, 0))
             if action.kind.is_send:
@@ -256,6 +266,8 @@ def critical_path(program, costs: CostModel, factors=None, transfer_factors=None
         u = queue.popleft()
         seen += 1
         for v, w in edges[u]:
+            if rate and u in computing and w:
+                w = round(w * (1.0 + rate * min(dist[u], horizon)))
             dist[v] = max(dist[v], dist[u] + w)
             indegree[v] -= 1
             if indegree[v] == 0:
