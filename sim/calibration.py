@@ -56,7 +56,7 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   growth_horizon), t its start into the step (sim.costs.growth_factor). Where four ranks
   shared two cores, the same action's thread CPU time rose with how far into the step it ran
   (mlp 8 rows, sweep 18's calibration runs: 0.85 of its median 5-10 ms in, 1.19 at 40-50 ms),
-  so a step of m = 4p priced it 8-15% dearer than one of m = p, in every schedule (README,
+  so a step of m = 4p priced it 8-15% dearer than one of m = p, in 1F1B and ZB-H1 alike (README,
   "Dearer the longer the step"); at p=2 on two cores the runs show no such rise with m, and the
   law is not fitted there. Fitted to the runs' switching actions at the later place class
   (priced alike per stage and kind), each group of one run, rank, stage and kind at its own

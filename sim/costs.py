@@ -75,8 +75,8 @@ optimizer step finds other data in the caches (dearer); sim.calibration fits the
 that starts t into its step (the simulated step starts at 0) costs all of the above times
 ``1 + compute_growth x min(t, growth_horizon)`` (`growth_factor`), applied as the engine
 starts it, so the same action costs more in a long step than in a short one. Where four ranks
-shared two cores, an action's own thread CPU time rose 10-25% over a 50-90 ms step, the same in
-every schedule (README, "Dearer the longer the step"); sim.calibration fits it.
+shared two cores, an action's own thread CPU time went from 0.77-0.85 of its median 5-10 ms into
+a step to 1.12-1.19 at 40-50 ms (README, "Dearer the longer the step"); sim.calibration fits it.
 
 Spread of compute times (default none: every action costs its stage's value): real
 compute actions vary around their typical cost, and a step's makespan is a max over
