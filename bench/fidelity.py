@@ -37,7 +37,8 @@ over minutes when others load it). Each run also records the share of the CPUs t
 median step time; predicted: the median over rounds of the predictions; spread: the runs' step-time interquartile range over the
 median (median over rounds); range: lowest to highest of the rounds' medians. Ordering: for each
 group and m, every pair of schedules whose ranges do not overlap must be ordered by the
-prediction as measured. Writes OUT/results.csv, OUT/calibrations.csv and OUT/summary.json
+prediction as measured. Writes OUT/results.csv, OUT/calibrations.csv (each calibration's
+self-replays and the compute growth it fitted) and OUT/summary.json
 (keeping the other groups an earlier invocation wrote there), the figure (predicted vs measured,
 from the pooled calibration), and prints markdown tables. ``--reuse`` reads runs that already exist; ``--groups`` picks groups by name
 (e.g. ``mlp-8-p2``).
@@ -324,7 +325,8 @@ def main() -> int:
                     low, high = entry["step_time_interval"]
                     calib_out.append({"group": name, "round": k, "calibration": label,
                                       **{key: v for key, v in entry.items() if key != "step_time_interval"},
-                                      "interval_low": low, "interval_high": high})
+                                      "interval_low": low, "interval_high": high,
+                                      "compute_growth": c.compute_growth, "growth_horizon": c.growth_horizon})
         for (schedule, m), runs in measured.items():
             medians = [float(np.median(r.step_times)) for r in runs]
             mid = float(np.median(medians))

@@ -631,6 +631,13 @@ class Growth:
         """sim.costs.growth_factor at `since_start` seconds (a number or a numpy array)."""
         return growth_factor(self.rate, self.horizon, since_start)
 
+    def at_step_start(self, frame: pd.DataFrame, run: MeasuredRun) -> pd.DataFrame:
+        """`frame` (rows of `run`'s timeline, by its index) with its durations over the factor at
+        each row's start: what each would have cost at a step's start."""
+        if self.rate:
+            frame["duration"] /= self.factor(run.timeline.loc[frame.index, "start"].to_numpy())
+        return frame
+
 
 def growth_rows(run: MeasuredRun, dispatch: float) -> pd.DataFrame | None:
     """The run's actions that tell the growth (`fit_growth`), or None where it tells none (its
@@ -1353,8 +1360,7 @@ def choose_discounts(runs: Sequence[MeasuredRun], dispatch: Sequence[float],
             seconds = run.thread_cpu
             frame = frame.loc[frame.index.intersection(seconds.index)].assign(duration=seconds)
         frame["duration"] += gap
-        if growth is not None and growth.rate:
-            frame["duration"] /= growth.factor(run.timeline.loc[frame.index, "start"].to_numpy())
+        frame = (growth or Growth()).at_step_start(frame, run)
         top = later_place(run)
         for kind, cells in kind_cells(frame).items():
             if cells.tells_discount():
@@ -1418,14 +1424,12 @@ def compute_frame(run: MeasuredRun, idle: float | None = None, growth: "Growth |
     over `growth`'s factor at the row's start (default none): what it costs at a step's start."""
     frame = _compute_rows(run)
     cores = shared_cores(run)
-    rows = run.timeline.loc[frame.index]
     if cores is not None:  # what each action would have cost on its own processor
+        rows = run.timeline.loc[frame.index]
         frame["duration"] = full_speed(rows["step"].to_numpy(), rows["start"].to_numpy(), rows["end"].to_numpy(),
                                        cores, host_ranks(run), fit_idle_share(run) if idle is None else idle)
     frame["duration"] += dispatch
-    if growth is not None and growth.rate:
-        frame["duration"] /= growth.factor(rows["start"].to_numpy())
-    return frame
+    return (growth or Growth()).at_step_start(frame, run)
 
 
 def stream_spans(timeline: pd.DataFrame, dispatch: float) -> list[float]:
