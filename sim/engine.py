@@ -481,7 +481,7 @@ def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overh
             start = now
             if growth and duration:
                 duration = round(duration * growth_factor(growth, horizon, now))
-            work += duration
+                work += duration  # compute_seconds reads it only where compute grows
             if duration:
                 # Zero-cost actions skip the event: times are max-plus in the inputs,
                 # so the order of same-time events cannot change any result.

@@ -52,7 +52,7 @@ class RankRecord:
     first: int = -1  # start of the first compute action (-1: none)
     last: int = 0  # end of the last compute action
     peak: int = 0  # most activation bytes held at once
-    work: int = 0  # compute work done (ns on a processor of its own, growth included)
+    work: int = 0  # where compute grows into the step: its compute work done (ns on a processor of its own)
 
 
 @dataclass(frozen=True, eq=False)
