@@ -463,6 +463,9 @@ class Calibration:
                          f"(standard error {told['standard_error']:.2g}/s)" if told else
                          f"  compute grows into the step: x(1 + {self.compute_growth:.3g}/s x min(t, "
                          f"{self.growth_horizon * 1e3:.1f} ms))")
+        elif told and told["rate"] is None:
+            lines.append(f"  compute growth into the step not told: {told['actions']} actions, too few or all at one "
+                         "start")
         elif told:
             lines.append(f"  compute growth into the step not kept: {told['rate']:.3g}/s over {told['actions']} "
                          f"actions, within {GROWTH_STANDARD_ERRORS:g} standard errors "
@@ -634,9 +637,9 @@ class Growth:
     def at_step_start(self, frame: pd.DataFrame, run: MeasuredRun) -> pd.DataFrame:
         """`frame` (rows of `run`'s timeline, by its index) with its durations over the factor at
         each row's start: what each would have cost at a step's start."""
-        if self.rate:
-            frame["duration"] /= self.factor(run.timeline.loc[frame.index, "start"].to_numpy())
-        return frame
+        if not self.rate:
+            return frame
+        return frame.assign(duration=frame["duration"] / self.factor(run.timeline.loc[frame.index, "start"].to_numpy()))
 
 
 def growth_rows(run: MeasuredRun, dispatch: float) -> pd.DataFrame | None:
@@ -647,13 +650,9 @@ def growth_rows(run: MeasuredRun, dispatch: float) -> pd.DataFrame | None:
     `dispatch` (the simulated action holds the loop's gap)."""
     if shared_cores(run) is None or run.cpu is None:
         return None
-    frame = _compute_rows(run)
-    seconds = run.thread_cpu
-    frame = frame.loc[frame.index.intersection(seconds.index)]
+    frame = thread_cpu_rows(run)
     frame = frame[frame["switch"] & (frame["place"] == later_place(run))]
-    return pd.DataFrame({"step": frame["step"], "rank": frame["rank"], "stage": frame["stage"], "kind": frame["kind"],
-                         "start": run.timeline.loc[frame.index, "start"],
-                         "cost": seconds.loc[frame.index] + dispatch})
+    return frame.assign(start=run.timeline.loc[frame.index, "start"], cost=frame["duration"] + dispatch)
 
 
 def fit_growth(runs: Sequence[MeasuredRun], dispatch: Sequence[float]) -> tuple[Growth, dict[str, Any]]:
@@ -684,8 +683,8 @@ def fit_growth(runs: Sequence[MeasuredRun], dispatch: Sequence[float]) -> tuple[
     told: dict[str, Any] = {"actions": int(len(rows)), "groups": int(len(in_group)), "steps": int(len(in_step)),
                             "horizon": horizon}
     free = len(rows) - len(in_group) - len(in_step) - 1
-    if free <= 0 or np.ptp(x) <= 0:
-        return Growth(), {**told, "rate": 0.0, "standard_error": math.inf, "kept": False}
+    if free <= 0 or np.ptp(x) <= 0:  # too few actions, or all at one start: nothing to tell
+        return Growth(), {**told, "rate": None, "standard_error": None, "kept": False}
     rate, slow = 0.0, np.ones(len(in_step))
     for _ in range(GROWTH_ITERATIONS):
         grown = 1.0 + rate * x
@@ -1355,10 +1354,8 @@ def choose_discounts(runs: Sequence[MeasuredRun], dispatch: Sequence[float],
         shared = shared_cores(run) is not None
         if shared and run.cpu is None:
             continue
-        frame = _compute_rows(run)  # a core per rank: as measured
-        if shared:  # the thread CPU time, which a wait for a core does not count
-            seconds = run.thread_cpu
-            frame = frame.loc[frame.index.intersection(seconds.index)].assign(duration=seconds)
+        # a core per rank: as measured; else the thread CPU time, which a wait for a core does not count
+        frame = thread_cpu_rows(run) if shared else _compute_rows(run)
         frame["duration"] += gap
         frame = (growth or Growth()).at_step_start(frame, run)
         top = later_place(run)
@@ -1413,6 +1410,14 @@ def _compute_rows(run: MeasuredRun) -> pd.DataFrame:
         "duration": timeline["end"] - timeline["start"],
     })
     return frame[timeline["kind"].isin(COMPUTE_NAMES)].copy()
+
+
+def thread_cpu_rows(run: MeasuredRun) -> pd.DataFrame:
+    """The run's compute rows (`_compute_rows`' columns) that cpu.csv holds, each duration its
+    thread CPU seconds."""
+    seconds = run.thread_cpu
+    frame = _compute_rows(run)
+    return frame.loc[frame.index.intersection(seconds.index)].assign(duration=seconds)
 
 
 def compute_frame(run: MeasuredRun, idle: float | None = None, growth: "Growth | None" = None,

@@ -482,6 +482,17 @@ def test_growth_is_told_only_by_thread_cpu_where_ranks_share_cores(tmp_path, mon
     assert bare.compute_growth == 0.0 and "compute_growth_fit" not in bare.diagnostics
 
 
+def test_the_report_says_why_no_growth_was_kept(calibration_run):
+    """A growth fit that stood within its noise, and one with nothing to tell, each get their line."""
+    c = calibrate(read_measured(calibration_run))
+    weak = {"actions": 900, "rate": 0.4, "standard_error": 0.2, "kept": False}
+    assert "not kept: 0.4/s over 900 actions, within 3 standard errors (0.2/s)" in dataclasses.replace(
+        c, diagnostics={"compute_growth_fit": weak}).report()
+    mute = {"actions": 3, "rate": None, "standard_error": None, "kept": False}
+    assert "not told: 3 actions" in dataclasses.replace(c, diagnostics={"compute_growth_fit": mute}).report()
+    assert "compute grow" not in c.report()  # ranks on cores of their own: no fit at all
+
+
 def test_a_slow_step_is_not_read_as_growth(tmp_path, monkeypatch):
     """A machine without growth whose second step ran 1.5 times slower (its actions dearer and
     so later): within each step every action costs the same, so the fit, which gives each step
