@@ -47,6 +47,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from schedules import Kind, Program
+from schedules.analysis import split_forwards
 from schedules.ir import Transfer
 from schedules.lowering import insert_grad_reductions
 from schedules.validate import check_program
@@ -475,7 +476,7 @@ class _RankState:
         """The stream as named ops the step loop can run without looking anything up."""
         s2r = self.schedule.stage_to_rank
         num_stages = self.schedule.num_stages
-        split_mbs = {(a.stage, a.microbatch) for a in self.stream if a.kind is Kind.I}
+        split = split_forwards(self.stream)
         plan = posting_plan(self.plan.program, self.rank) if self.transport.kind == "ordered" else {}
         recv_at = {a.transfer: i for i, a in enumerate(self.stream) if a.kind.is_recv}
         ahead = PostAhead.parse(self.plan.options.resolved_post_ahead(self.backend))
@@ -497,9 +498,8 @@ class _RankState:
             for j in early.get(i, ()):
                 ops.append(PostOp(j, receives(j), at_recv=False))
             if a.kind.is_compute:
-                split = a.kind is Kind.F and (a.stage, a.microbatch) in split_mbs
                 ops.append(ComputeOp(i, a.kind, self.stages[a.stage], a.microbatch, a.consumes(num_stages),
-                                     a.produces(num_stages), split))
+                                     a.produces(num_stages), split[i]))
             elif a.kind.is_send:
                 ops.append(SendOp(i, a.transfer, self.peers[s2r[a.transfer.receiver]], str(a)))
             elif a.kind is Kind.REDUCE_GRAD:

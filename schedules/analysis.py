@@ -94,3 +94,12 @@ def run_lengths(stream: Sequence[Action]) -> list[int]:
         else:
             append(0)
     return out
+
+
+def split_forwards(stream: Sequence[Action]) -> list[bool]:
+    """Per action of one rank's stream: whether it is an F whose backward the stream splits
+    into I and W (an I of its stage and microbatch follows it). Such a forward does more than
+    a plain one: the executor runs each weight's layer behind a bridge that keeps what W needs
+    (runtime.split), so the simulator prices it apart and the calibration measures it apart."""
+    split = {(a.stage, a.microbatch) for a in stream if a.kind is Kind.I}
+    return [a.kind is Kind.F and (a.stage, a.microbatch) in split for a in stream]

@@ -210,6 +210,13 @@ profile slope times the mean ratio of in-run to profile slope of the kinds seen 
 fixed terms putting its stages at their measured cost; roles no run holds keep the
 profile's fixed term moved by the present roles' mean shift. With one size throughout, the
 mean of the runs' anchored profile fits (a role's fixed term over the runs that have it).
+Where some runs split their backward and some do not, their forwards are two kinds: an F
+whose backward is split runs the executor's bridges (runtime.split) and costs more at small
+microbatches (ZB-H1's F 1.05-1.20x 1F1B's at 1-8 rows), so the split runs' F is fitted as
+the split forward (``split_forward``, sim.costs ``forward_split``) and the others' as F;
+pooled, both were mispriced (three-run self-replays at gpt 1 row: 1F1B +1.7..+3.5%, ZB-H1
+-1.4..-3.9%). A switch cost is averaged over the runs that tell it (`CellFit.told`): a ZB-H1
+run's I all switch, and its 0 averaged in halved a 1F1B run's.
 
 Predictions hold for the same model at the same microbatch size (rows per
 microbatch); `check_run` refuses others.
@@ -228,7 +235,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from schedules.analysis import places, run_lengths, switches
+from schedules.analysis import places, run_lengths, split_forwards, switches
 from schedules.ir import COMPUTE_NAMES, RECV_NAMES, SEND_NAMES, Kind
 from schedules.posting import posted_before, posted_first
 from schedules.stages import ROLES, balanced_layers, role_of
@@ -245,6 +252,11 @@ PLACES = 2  # a stage's first actions of a kind in a step that get their own fac
 RECV_QUANTILE = 0.10
 SPREAD_QUANTILES = 32
 SPREAD_DRAWS = 256
+SPLIT_FORWARD = "F_split"  # the compute tables' key of an F whose backward is split (sim.costs forward_split)
+BACKWARD_NAMES = ("B", "I", "W")  # kinds whose switch cost is switch_backward
+# the kinds that tell switch_backward, in order: W's own switch (a ZB-H1 run's W after W) is not
+# B's or I's (sweep 19, mlp 8 rows p=4, round 0: 182 us from ZB-H1's W, 26 us from 1F1B's B)
+SWITCH_BACKWARD = ("B", "I")
 GROWTH_STANDARD_ERRORS = 3.0  # how far from 0 a fitted growth must stand to be kept (fit_growth)
 GROWTH_ITERATIONS = 100
 
@@ -312,6 +324,8 @@ class Calibration:
     # (sim.costs.growth_factor, `fit_growth`)
     compute_growth: float = 0.0
     growth_horizon: float = 0.0
+    # an F whose backward is split (sim.costs forward_split), where runs of both kinds told it apart
+    split_forward: LinearCost | None = None
 
     # ------------------------------------------------------------------ prediction
     def for_stages(self, num_stages: int) -> CostModel:
@@ -359,9 +373,11 @@ class Calibration:
                 held[f"{side}_weight_memory"] = [min(k, w) for k, w in zip(at[f"{side}_weight_memory"], whole)]
         # Stage costs are switching actions' (what the run and the profile mostly hold); the
         # simulator's are repeating actions', with the switch cost added per action.
+        if self.compute is not None and self.split_forward is not None:
+            times[SPLIT_FORWARD] = [self.split_forward.at(r, n) for r, n in zip(roles, counts)]
         times = {
-            k: [max(t - (self.switch_forward if k == "F" else self.switch_backward), 0.0) + self.dispatch_overhead
-                for t in v]
+            k: [max(t - (self.switch_backward if k in BACKWARD_NAMES else self.switch_forward), 0.0)
+                + self.dispatch_overhead for t in v]
             for k, v in times.items()
         }
         backward = {}
@@ -378,6 +394,7 @@ class Calibration:
             allreduce_latency=self.allreduce_latency,
             allreduce_bandwidth=self.allreduce_bandwidth,
             forward=times["F"],
+            forward_split=times.get(SPLIT_FORWARD),
             **backward,
             p2p_latency=self.p2p_latency,
             p2p_bandwidth=self.p2p_bandwidth,
@@ -562,6 +579,8 @@ class Calibration:
                 if values.get(key) is not None:
                     values[key] = LinearCost(**values[key])
             values["handover_memory"] = {k: LinearCost(**v) for k, v in values.get("handover_memory", {}).items()}
+            if values.get("split_forward") is not None:
+                values["split_forward"] = LinearCost(**values["split_forward"])
             return cls(**values)
         except (TypeError, KeyError, AttributeError) as exc:
             raise CostError(f"{where} is malformed: {exc}") from None
@@ -761,22 +780,35 @@ def _combine(calibrations: list[Calibration], runs: Sequence[MeasuredRun]) -> Ca
         return float(np.mean(list(values)))
 
     first = calibrations[0]
-    compute = None
+    compute = split_forward = None
     if first.compute is not None:
-        profiled, points = {}, {}
-        kinds = [k for k in COMPUTE_NAMES if any(k in c.compute for c in calibrations)]
-        for kind in kinds:  # a 1F1B run gives F and B, a zero-bubble one F, I and W: keep all
-            fits = [c.compute[kind] for c in calibrations if kind in c.compute]
-            roles = sorted({r for f in fits for r in f.fixed}, key=ROLES.index)
-            profiled[kind] = LinearCost(mean(f.per_layer for f in fits),
-                                        {r: mean(f.fixed[r] for f in fits if r in f.fixed) for r in roles})
-            points[kind] = [(st["role"], st["layers"][1] - st["layers"][0], st[kind])
-                            for c in calibrations for st in c.stages if kind in st]
+        split = [bool(c.source.get("split_backward")) for c in calibrations]
+        apart = any(split) and not all(split)  # runs of both kinds: their forwards fitted apart
+
+        def key(kind: str, of_split_run: bool) -> str:
+            return SPLIT_FORWARD if apart and kind == "F" and of_split_run else kind
+
+        fits: dict[str, list[LinearCost]] = {}
+        points: dict[str, list[tuple[str, int, float]]] = {}
+        for c, of_split_run in zip(calibrations, split):
+            for kind, fit in c.compute.items():  # a 1F1B run gives F and B, a zero-bubble one F, I and W: keep all
+                fits.setdefault(key(kind, of_split_run), []).append(fit)
+                points.setdefault(key(kind, of_split_run), []).extend(
+                    (st["role"], st["layers"][1] - st["layers"][0], st[kind]) for st in c.stages if kind in st)
+        profiled = {}
+        for kind, found in fits.items():
+            roles = sorted({r for f in found for r in f.fixed}, key=ROLES.index)
+            profiled[kind] = LinearCost(mean(f.per_layer for f in found),
+                                        {r: mean(f.fixed[r] for f in found if r in f.fixed) for r in roles})
         compute = in_run_fits(points, profiled)
+        split_forward = compute.pop(SPLIT_FORWARD, None)
     scalars = {name: mean(getattr(c, name) for c in calibrations) for name in (
-        "dispatch_overhead", "switch_forward", "switch_backward", "send_overhead", "recv_overhead",
+        "dispatch_overhead", "send_overhead", "recv_overhead",
         "step_overhead", "p2p_latency", "p2p_load_latency", "repeat_discount_forward",
         "repeat_discount_backward")}
+    for side in ("forward", "backward"):  # over the runs that tell it (all, where none does)
+        told = [c for c in calibrations if c.diagnostics.get("switch_told", {}).get(side, True)]
+        scalars[f"switch_{side}"] = mean(getattr(c, f"switch_{side}") for c in told or calibrations)
     inverse = [1.0 / c.p2p_bandwidth for c in calibrations]
     bandwidth = math.inf if not any(inverse) else 1.0 / mean(inverse)
     ratio = {k: mean(c.speed_ratio[k] for c in calibrations if k in c.speed_ratio)
@@ -790,7 +822,7 @@ def _combine(calibrations: list[Calibration], runs: Sequence[MeasuredRun]) -> Ca
     # for W (a split run's, or any run's since the profile measures it always) serves them all.
     kept = next((c.weight_memory for c in calibrations if c.weight_memory is not None), None)
     handover = next((c.handover_memory for c in calibrations if c.handover_memory), {})
-    return replace(first, compute=compute, speed_ratio=ratio, p2p_bandwidth=bandwidth, place_factors=places,
+    return replace(first, compute=compute, split_forward=split_forward, speed_ratio=ratio, p2p_bandwidth=bandwidth, place_factors=places,
                    weight_memory=kept, handover_memory=handover,
                    source={**first.source, "runs": [str(r.path) for r in runs]}, **scalars)
 
@@ -830,7 +862,10 @@ def _fit_one(run: MeasuredRun, fits: TransferFits, idle: float, post: float = 0.
     discounts = discounts or {}
     measured, switch, places = compute_costs(run, dispatch, idle, discounts, growth)
     stages = run_stages(run, measured)
-    diagnostics: dict[str, Any] = {}
+    # which switch costs the run tells: a ZB-H1 run's I and W almost all switch, and a 0 for
+    # "not told" averaged in with a 1F1B run's would halve its B's switch
+    diagnostics: dict[str, Any] = {"switch_told": {"forward": "F" in switch,
+                                                   "backward": any(k in switch for k in SWITCH_BACKWARD)}}
     compute = activation = weight_memory = None
     handover: dict[str, LinearCost] = {}
     ratio: dict[str, float] = {}
@@ -852,6 +887,7 @@ def _fit_one(run: MeasuredRun, fits: TransferFits, idle: float, post: float = 0.
         source={
             "run": str(run.path), "schedule": schedule.name, "ranks": schedule.ranks,
             "microbatches": schedule.microbatches, "chunks": schedule.chunks, "steps": len(run.steps),
+            "split_backward": any(any(split_forwards(stream)) for stream in run.program.streams),
             "step_time_median": run.step_time_median,
         },
         model={k: v for k, v in run.model.items() if k != "batch_size"},
@@ -865,7 +901,7 @@ def _fit_one(run: MeasuredRun, fits: TransferFits, idle: float, post: float = 0.
         speed_ratio=ratio,
         dispatch_overhead=dispatch,
         switch_forward=switch.get("F", 0.0),
-        switch_backward=switch.get("B", switch.get("I", 0.0)),
+        switch_backward=next((switch[k] for k in SWITCH_BACKWARD if k in switch), 0.0),
         repeat_discount_forward=discounts.get("F", 0.0),
         repeat_discount_backward=discounts.get("B", discounts.get("I", 0.0)),
         send_overhead=send,
@@ -1195,7 +1231,7 @@ def compute_costs(run: MeasuredRun, dispatch: float, idle: float | None = None,
                   discounts: Mapping[str, float] | None = None, growth: "Growth | None" = None
                   ) -> tuple[dict[str, list[float]], dict[str, float], dict[str, tuple[float, ...]]]:
     """Per compute kind present: each stage's cost of a switching action at a later place,
-    what switching adds, and the factors of a stage's first places in a step (module docstring),
+    what switching adds (kinds whose cells tell it: `CellFit.told`), and the factors of a stage's first places in a step (module docstring),
     under `discounts` (kind -> what a long run of repeats saves, default none: sim.costs,
     `choose_discounts`).
 
@@ -1216,7 +1252,8 @@ def compute_costs(run: MeasuredRun, dispatch: float, idle: float | None = None,
     for kind, cells in kind_cells(frame).items():
         fit = fit_cells(cells, top, (discounts or {}).get(kind, 0.0))
         costs[kind] = [fit.stage_cost[st] + fit.switch - dispatch if st in fit.stage_cost else 0.0 for st in range(n)]
-        extra[kind] = fit.switch
+        if fit.told:
+            extra[kind] = fit.switch
         if top > 0:
             factors[kind] = fit.factors[:top]
     return costs, extra, factors
@@ -1270,6 +1307,7 @@ class CellFit:
     stage_cost: dict[int, float]  # c[stage]: a repeating action's cost at a later place, second in its run
     switch: float
     factors: tuple[float, ...]  # f[place class], the last (later places) 1
+    told: bool = True  # whether the cells told the switch (some stage holds switching and repeating actions)
 
 
 def fit_cells(cells: Cells, top: int, discount: float = 0.0) -> CellFit:
@@ -1328,7 +1366,8 @@ def fit_cells(cells: Cells, top: int, discount: float = 0.0) -> CellFit:
                 f[q] = max(float(np.sum(cells.weight[here] * y[here] * scale[here]) / denominator), 0.0)
         if np.max(np.abs(f - before)) < 1e-12:
             break
-    return CellFit({int(st): float(x) for st, x in zip(stages, c)}, switch, tuple(float(x) for x in f))
+    return CellFit({int(st): float(x) for st, x in zip(stages, c)}, switch, tuple(float(x) for x in f),
+                   direct is not None or joint)
 
 
 DISCOUNT_GRID = tuple(x / 20 for x in range(19))  # 0, 0.05, ..., 0.9; then refined between neighbours

@@ -19,6 +19,13 @@ Backward costs (per stage, after the rule above):
 - B given with one of I, W: the other is B minus it (it must not come out negative).
 - All three given: used as given (a fused B may be cheaper than a separate I and W).
 
+``forward_split`` (default: ``forward``) is what an F costs whose backward the program splits
+into I and W (schedules.analysis.split_forwards: an I of its stage and microbatch is in the
+stream). The CPU executor runs such a forward's weight layers behind bridges that keep what W
+needs (runtime.split), and at small microbatches that costs: in the fidelity sweep's calibration
+runs a ZB-H1 run's F took 1.05-1.20x a 1F1B run's at 1-8 rows per microbatch, 1.00-1.05x at 64-256
+(README, "A split forward costs more"). Switch, place, repeat and growth rules apply to it as to F.
+
 Every time is rounded to whole nanoseconds per stage before B, I and W are derived from
 each other, so the simulation runs on exact integers. Transfers between stages on
 different ranks take ``p2p_latency + bytes / p2p_bandwidth`` seconds (rounded once),
@@ -231,7 +238,7 @@ class ResolvedCosts:
     """A cost model resolved for one schedule: integers (nanoseconds, bytes) per stage.
 
     `forward[s]`, `backward[s]`, `input[s]`, `weight[s]`: compute time of F, B, I, W of
-    stage s; `send_forward[s]`/`send_backward[s]`: transfer time across boundary s|s+1;
+    stage s; `forward_split[s]`: of an F whose backward is split; `send_forward[s]`/`send_backward[s]`: transfer time across boundary s|s+1;
     `memory[s]`: activation bytes of one microbatch on stage s; `weight_memory[s]`: the
     bytes kept from I until W; `handover[s]`: the storage stage s shares with stage s-1 on
     one rank (sim.handover), None if none; `static[r]`: static bytes of rank r; `send_overhead`,
@@ -249,6 +256,7 @@ class ResolvedCosts:
     backward: tuple[int, ...]
     input: tuple[int, ...]
     weight: tuple[int, ...]
+    forward_split: tuple[int, ...]
     send_forward: tuple[int, ...]
     send_backward: tuple[int, ...]
     memory: tuple[int, ...]
@@ -293,6 +301,7 @@ class CostModel:
     Per stage (scalar: one microbatch through one rank's share, split over its v stages;
     list: one entry per stage):
       forward, backward_input, backward_weight, backward_full -- seconds of F, I, W, B;
+      forward_split -- seconds of an F whose backward is split into I and W (default forward);
       activation_memory -- bytes held from F until B (M_B of the zero-bubble paper);
       weight_memory -- bytes held from I until W (M_W, may exceed M_B); default
         weight_memory_fraction (0..1, default 0) x activation_memory;
@@ -331,6 +340,7 @@ class CostModel:
     backward_input: PerStage | None = None
     backward_weight: PerStage | None = None
     backward_full: PerStage | None = None
+    forward_split: PerStage | None = None
     p2p_latency: float = 0.0
     p2p_bandwidth: float = math.inf
     p2p_activation_bytes: PerStage = 0
@@ -373,7 +383,8 @@ class CostModel:
     def __post_init__(self) -> None:
         for name in ("forward", "p2p_activation_bytes", "activation_memory", "static_memory", *HANDOVER_MEMORY):
             object.__setattr__(self, name, _as_values(name, getattr(self, name)))
-        for name in ("backward_input", "backward_weight", "backward_full", "p2p_gradient_bytes", "weight_memory"):
+        for name in ("backward_input", "backward_weight", "backward_full", "forward_split", "p2p_gradient_bytes",
+                     "weight_memory"):
             object.__setattr__(self, name, _as_values(name, getattr(self, name), allow_none=True))
         if self.backward_full is None and self.backward_input is None:
             raise CostError("give backward_input (with optional backward_weight) or backward_full")
@@ -445,7 +456,7 @@ class CostModel:
         return self
 
     def compute_scaled(self, factor: float) -> "CostModel":
-        """This model with every compute cost (F, B, I, W and the switch costs) times `factor`:
+        """This model with every compute cost (F, split F, B, I, W and the switch costs) times `factor`:
         the same program on a machine that computes 1 / `factor` as fast (place factors, being
         ratios, stay)."""
         def times(value):
@@ -455,7 +466,7 @@ class CostModel:
 
         return replace(self, forward=times(self.forward), backward_input=times(self.backward_input),
                        backward_weight=times(self.backward_weight), backward_full=times(self.backward_full),
-                       switch_forward=self.switch_forward * factor, switch_backward=self.switch_backward * factor)
+                       forward_split=times(self.forward_split), switch_forward=self.switch_forward * factor, switch_backward=self.switch_backward * factor)
 
     def describe(self) -> str:
         """One line naming the compute (and transfer) costs, for figure titles."""
@@ -479,6 +490,7 @@ class CostModel:
         """Resolve every field to integers per stage (ns, bytes) for `schedule`."""
         n, v, p = schedule.num_stages, schedule.chunks, schedule.ranks
         forward = _per_stage("forward", self.forward, n, v)
+        forward_split = _per_stage("forward_split", self.forward_split, n, v)
         full = _per_stage("backward_full", self.backward_full, n, v)
         inp = _per_stage("backward_input", self.backward_input, n, v)
         weight = _per_stage("backward_weight", self.backward_weight, n, v)
@@ -504,6 +516,7 @@ class CostModel:
                                     f"({round(act)}) and {side}_weight_memory ({until_w}) within it")
         return ResolvedCosts(
             forward=_ns(forward),
+            forward_split=_ns(forward if forward_split is None else forward_split),
             backward=backward,
             input=inp,
             weight=weight,

@@ -22,6 +22,7 @@ Semantics (times are integer nanoseconds, so results are exact and deterministic
   stage cost times ``repeat_factor`` (sim.costs: ``repeat_discount_forward`` /
   ``repeat_discount_backward``, caches warm over several repeats); the first actions of a
   stage and kind in a step (schedules.analysis.places) cost their stage cost times their ``place_factors``;
+  an F whose backward is split (schedules.analysis.split_forwards) has ``forward_split`` for its stage cost;
   a rank starts its stream ``post_overhead`` times the receives it posts before its first
   action later (``post_ahead``, schedules.posting.posted_first; every receive of its step
   with whole-step posting), holding its rank but no shared processor, as a SEND's overhead.
@@ -67,7 +68,7 @@ import math
 import simpy
 
 from schedules import Action, Kind, Program, Schedule, ScheduleError, lower
-from schedules.analysis import places, run_lengths
+from schedules.analysis import places, run_lengths, split_forwards
 from schedules.ir import Direction, transfer_count
 from schedules.posting import posted_first
 
@@ -157,13 +158,15 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
     }
     placed = dict(costs.place_factors)  # kind -> factors of a stage's first actions of that kind in a step
     discounted = {kind for kind, column in columns.items() if column[2]}
-    # (kind, stage, run length) -> op of a later place (with a discount, run lengths up to m)
-    later: dict[tuple[Kind, int, int], tuple[int, ...]] = {}
+    # (kind, stage, run length, split) -> op of a later place (with a discount, run lengths up to m)
+    later: dict[tuple[Kind, int, int, bool], tuple[int, ...]] = {}
 
-    def compute_op(kind: Kind, stage: int, place: int, length: int) -> tuple[int, ...]:
+    def compute_op(kind: Kind, stage: int, place: int, length: int, split: bool) -> tuple[int, ...]:
         """The op of a compute action (place: schedules.analysis.places; length:
-        schedules.analysis.run_lengths)."""
+        schedules.analysis.run_lengths; split: schedules.analysis.split_forwards)."""
         durations, switch, discount, alloc, free = columns[kind]
+        if split:
+            durations = costs.forward_split
         factors = placed.get(kind, ())
         scale = (factors[place] if place < len(factors) else 1.0) * repeat_factor(discount, length)
         base = durations[stage] if scale == 1.0 else round(durations[stage] * scale)
@@ -177,7 +180,7 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
     for rank, stream in enumerate(program.streams):
         row = []
         append = row.append
-        for action, length, place in zip(stream, run_lengths(stream), places(stream)):
+        for action, length, place, split in zip(stream, run_lengths(stream), places(stream), split_forwards(stream)):
             kind, stage, mb = action.kind, action.stage, action.microbatch
             if kind is Kind.REDUCE_GRAD and 0 <= stage < n:
                 append((_REDUCE, costs.reduce_grad[stage]))
@@ -189,14 +192,14 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
             if kind in columns:
                 factors = placed.get(kind)
                 if factors is not None and place < len(factors):
-                    append(compute_op(kind, stage, place, length))
+                    append(compute_op(kind, stage, place, length, split))
                 else:
                     if length > 2 and kind not in discounted:
                         length = 2  # without a discount every repeat costs the same: one op
-                    key = (kind, stage, length)
+                    key = (kind, stage, length, split)
                     op = later.get(key)
                     if op is None:
-                        op = later[key] = compute_op(kind, stage, place, length)
+                        op = later[key] = compute_op(kind, stage, place, length, split)
                     append(op)
                 continue
             key = (stage, kind)

@@ -76,6 +76,11 @@ LOAD = 0.0  # what a transfer takes longer per rank computing meanwhile (none un
 POST = 0.0  # rank time per receive posted before a rank's first action (none unless a test sets it)
 POST_AHEAD = 0  # where the executor posts its receives ("step": all at the step's start)
 GROWTH = (0.0, 0.0)  # per second and up to what start a compute action's cost grows (sim.costs.growth_factor)
+SPLIT_PER_LAYER = 0.0  # what an F whose backward is split costs beyond a plain F, per layer (none unless set)
+
+
+def split_forward_value(role, layers):
+    return stage_value(FIXED, "F", role, layers) + layers * SPLIT_PER_LAYER
 
 
 def true_costs(num_stages: int) -> CostModel:
@@ -84,7 +89,8 @@ def true_costs(num_stages: int) -> CostModel:
     counts = [b - a for a, b in balanced_layers(LAYERS, num_stages)]
     per = {k: [stage_value(FIXED, k, r, n) + DISPATCH for r, n in zip(roles, counts)] for k in ("F", "B")}
     return CostModel(
-        forward=per["F"], backward_full=per["B"], p2p_latency=LATENCY, p2p_bandwidth=BANDWIDTH,
+        forward=per["F"], backward_full=per["B"],
+        forward_split=[split_forward_value(r, n) + DISPATCH for r, n in zip(roles, counts)], p2p_latency=LATENCY, p2p_bandwidth=BANDWIDTH,
         p2p_activation_bytes=BOUNDARY, activation_memory=[ACT_FIXED[r] + n * ACT_PER_LAYER for r, n in zip(roles, counts)],
         send_overhead=SEND, recv_overhead=RECV, step_overhead=STEP,
         switch_forward=SWITCH["F"], switch_backward=SWITCH["B"], repeat_discount_forward=DISCOUNT["F"],
@@ -109,7 +115,7 @@ def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profil
     result = simulate(program, true_costs(n))
     path.mkdir(parents=True)
     one = result.timeline.copy()
-    compute = one["kind"].isin(["F", "B"])
+    compute = one["kind"].isin(["F", "B", "I", "W"])
     one.loc[compute, "end"] -= DISPATCH  # the row ends before the executor's loop gap
     one["source"] = "measured"
     timeline = [one.assign(step=k) for k in range(steps)]
@@ -124,7 +130,7 @@ def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profil
     pd.concat(timeline)[list(TIMELINE_COLUMNS)].to_csv(path / "timeline.csv", index=False)
     if CORES is not None:  # the executor's cpu.csv: each compute action's time on a core of its own
         alone = simulate(program, dataclasses.replace(true_costs(n), cores=None, compute_growth=0.0)).timeline
-        alone = alone[alone["kind"].isin(["F", "B"])]
+        alone = alone[alone["kind"].isin(["F", "B", "I", "W"])]
         # its price, grown at the time it started in the run (whole ns, as the engine rounds)
         started = result.timeline.set_index(["rank", "action"]).loc[list(zip(alone["rank"], alone["action"])), "start"]
         price = np.round((alone["end"] - alone["start"]).to_numpy() / NS)
@@ -157,18 +163,24 @@ def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profil
         summary.update({"device": "cpu", "cpu_cores": CORES, "local_world_size": 2})
     (path / "summary.json").write_text(json.dumps(summary))
     if profile:
+        split = any(a.kind is schedules.Kind.I for stream in program.streams for a in stream)
+
+        def calls(role, k):  # what the profile's stage calls take, each switching
+            if not split:  # F and B alternate
+                return {kind: stage_value(FIXED, kind, role, k) + SWITCH[kind] for kind in ("F", "B")}
+            half = (stage_value(FIXED, "B", role, k) + DISPATCH) / 2 - DISPATCH  # the machine's I = W = B / 2
+            return {"F": split_forward_value(role, k) + SWITCH["F"], "I": half + SWITCH["B"], "W": half + SWITCH["B"]}
+
         records = [
             {"rank": rank, "role": role, "layers": k,
-             # The profile alternates F and B of one stage: every call switches.
-             **{kind: [(stage_value(FIXED, kind, role, k) + SWITCH[kind]) * profile_slowdown] * 3
-                for kind in ("F", "B")},
+             **{kind: [value * profile_slowdown] * 3 for kind, value in calls(role, k).items()},
              "activation_bytes": ACT_FIXED[role] + k * ACT_PER_LAYER}
             for rank in (0, 1) for role in ("first", "middle", "last") for k in (1, 2, 4)
         ]
         sizes = (4, 65536, 1 << 20, 4 << 20)
         p2p = {str(size): [PINGPONG_LATENCY + size / BANDWIDTH] * 5 for size in sizes}
         (path / "profile.json").write_text(json.dumps({
-            "layers": {"rows": ROWS, "repeats": 3, "warmup": 1, "split": False, "records": records},
+            "layers": {"rows": ROWS, "repeats": 3, "warmup": 1, "split": split, "records": records},
             "p2p": {"repeats": 5, "warmup": 1, "one_way_seconds": p2p},
         }))
     return step_time
@@ -993,3 +1005,35 @@ def test_compute_level_of_a_run_on_a_slower_machine(calibration_run, tmp_path, m
     quality = quality_of(calibration, [run, slower])
     assert [e["compute_level"] for e in quality["runs"]] == pytest.approx([1.0, 1.25], rel=1e-9)
     assert any("x1.000 to x1.250 of the fitted costs" in w for w in quality["warnings"])
+
+
+def test_a_split_forward_is_priced_apart_when_runs_of_both_kinds_are_calibrated(tmp_path, monkeypatch):
+    """A machine whose F costs 0.3 ms per layer more when its backward is split into I and W (the
+    executor's bridges, runtime.split). Calibrated on a 1F1B and a ZB-H1 run together, the plain
+    and the split forward come back apart, each at the machine's cost on every stage of other
+    cuts; both runs replay themselves, and held-out runs of either kind (GPipe, ZB-H2, ZBV's two
+    stages per rank) are predicted exactly. A 1F1B run alone cannot tell the split forward: it
+    predicts ZB-H2 short by the difference."""
+    monkeypatch.setitem(globals(), "SPLIT_PER_LAYER", 300_000 * NS)
+    write_run(tmp_path / "1f1b", "1f1b", 8, profile=True)
+    write_run(tmp_path / "zb-h1", "zb-h1", 8, profile=True)
+    runs = [read_measured(tmp_path / name) for name in ("1f1b", "zb-h1")]
+    both = calibrate_runs(runs)
+    assert both.split_forward is not None
+    for n in (2, 4):
+        truth, fitted = true_costs(n), both.cost_model(n)
+        assert fitted.forward == pytest.approx(truth.forward, rel=1e-6)
+        assert fitted.forward_split == pytest.approx(truth.forward_split, rel=1e-6)
+        assert fitted.forward_split[0] > fitted.forward[0] * 1.05
+    for run in runs:
+        assert abs(compare_run(run, both.for_run(run))[0].step_time_error) < 1e-6
+    for name, m, chunks in (("gpipe", 4, None), ("zb-h2", 6, None), ("zbv", 4, None)):
+        truth = write_run(tmp_path / f"{name}-{m}", name, m, chunks)
+        held_out = read_measured(tmp_path / f"{name}-{m}")
+        assert simulate(held_out.program, both.for_run(held_out)).step_time == pytest.approx(truth, rel=1e-6)
+    alone = calibrate(runs[0])
+    assert alone.split_forward is None
+    held_out = read_measured(tmp_path / "zb-h2-6")
+    assert simulate(held_out.program, alone.for_run(held_out)).step_time < held_out.step_time_median * 0.97
+    again = Calibration.from_dict(json.loads(json.dumps(both.to_dict())))
+    assert again.cost_model(4).forward_split == both.cost_model(4).forward_split

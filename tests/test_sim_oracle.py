@@ -100,6 +100,7 @@ def random_costs(rng: random.Random, schedule: Schedule, contention: bool = Fals
     outputs = [rng.choice([0, rng.randint(0, x // 2)]) for x in memory]
     return CostModel(
         forward=us(0, 30),
+        forward_split=None if rng.random() < 0.3 else us(0, 40),
         backward_input=inp,
         backward_weight=weight,
         backward_full=full,
@@ -134,12 +135,13 @@ def random_costs(rng: random.Random, schedule: Schedule, contention: bool = Fals
 
 
 # --------------------------------------------------------------------------------- oracle
-def durations(costs: CostModel, action: Action) -> int:
-    """Compute time in ns from the raw per-stage lists (B = I + W unless given)."""
+def durations(costs: CostModel, action: Action, split: bool = False) -> int:
+    """Compute time in ns from the raw per-stage lists (B = I + W unless given; an F whose
+    backward is `split` costs forward_split where given)."""
     s = action.stage
     ns = lambda x: round(x[s] * NS)  # noqa: E731
     if action.kind is Kind.F:
-        return ns(costs.forward)
+        return ns(costs.forward_split if split and costs.forward_split is not None else costs.forward)
     if action.kind is Kind.I:
         return ns(costs.backward_input)
     if action.kind is Kind.W:
@@ -149,18 +151,19 @@ def durations(costs: CostModel, action: Action) -> int:
     return ns(costs.backward_input) + ns(costs.backward_weight)
 
 
-def own_time(costs: CostModel, action: Action, repeats: int, factor: float = 1.0, earlier: int = 0) -> int:
+def own_time(costs: CostModel, action: Action, repeats: int, factor: float = 1.0, earlier: int = 0,
+             split: bool = False) -> int:
     """Least time an action occupies its rank: compute time (times its place factor when it is
     among the first `len(place_factors[kind])` of its stage and kind on the rank, `earlier`
     being how many came before it; times 1 - discount x (repeats - 1) / repeats when `repeats`,
     the compute actions of its stage and kind the rank ran just before it with none between, is
-    2 or more; plus the switch cost when it is 0; times `factor`, a spread draw's), or the
-    SEND/RECV overhead."""
+    2 or more; plus the switch cost when it is 0; times `factor`, a spread draw's; an F whose
+    backward is `split` priced as such), or the SEND/RECV overhead."""
     if action.kind.is_compute:
         forward = action.kind is Kind.F
         switch = costs.switch_forward if forward else costs.switch_backward
         discount = costs.repeat_discount_forward if forward else costs.repeat_discount_backward
-        base = durations(costs, action)
+        base = durations(costs, action, split)
         placed = dict(costs.place_factors).get(action.kind.value, ())
         scale = placed[earlier] if earlier < len(placed) else 1.0
         if repeats >= 2:
@@ -235,7 +238,9 @@ def critical_path(program, costs: CostModel, factors=None, transfer_factors=None
             while repeats < len(before) and (before[-1 - repeats].stage, before[-1 - repeats].kind) == (
                     action.stage, action.kind):
                 repeats += 1
-            edges[start].append((end, own_time(costs, action, repeats, factor, earlier)))
+            split = action.kind is Kind.F and any(a.kind is Kind.I and (a.stage, a.microbatch) == (
+                action.stage, action.microbatch) for a in stream)
+            edges[start].append((end, own_time(costs, action, repeats, factor, earlier, split)))
             if action.kind.is_compute:
                 computing.add(start)
             if i > 0:

@@ -19,6 +19,7 @@ import pytest
 
 import schedules
 from schedules import Action, Kind, ScheduleError, build, lower, peak_in_flight
+from schedules.analysis import split_forwards
 from schedules.grid import unit_steps
 from sim import CostModel, simulate
 
@@ -307,3 +308,22 @@ def test_looped_bfs_bubble_ratio_and_memory(p, v):
             assert result.makespan_ns == (v * m + p - 1) * (f + b) * NS
             assert result.bubble_ratio == pytest.approx((p - 1) / (v * m + p - 1), rel=1e-12, abs=0)
             assert result.peak_activation == [m] * p
+
+
+@pytest.mark.parametrize("name,chunks,split", [("zb-h1", None, 4), ("zb-h2", None, 4), ("zbv", None, 8),
+                                                ("1f1b", None, 0), ("gpipe", None, 0), ("interleaved", 2, 0)])
+def test_split_forwards_are_the_forwards_whose_backward_is_split(name, chunks, split):
+    """schedules.analysis.split_forwards marks exactly the F actions of a stage and microbatch
+    that also have an I: every forward of the zero-bubble family (m = 4 at p = 2: 4 per rank, ZB-V
+    8 with its two stages per rank), none of the schedules with a fused B."""
+    for stream in lower(build(name, ranks=2, microbatches=4, chunks=chunks)).streams:
+        flags = split_forwards(stream)
+        assert sum(flags) == split
+        assert all(a.kind is Kind.F for a, on in zip(stream, flags) if on)
+
+
+def test_split_forwards_of_a_stream_that_splits_some_backwards():
+    """A hand-written stream: F of microbatch 0 has its backward split, microbatch 1's is fused."""
+    stream = [Action(0, Kind.F, 0), Action(0, Kind.F, 1), Action(0, Kind.B, 1), Action(0, Kind.I, 0),
+              Action(0, Kind.W, 0)]
+    assert split_forwards(stream) == [True, False, False, False, False]
