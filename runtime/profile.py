@@ -5,8 +5,11 @@
   stage *role* (``first``: holds the model's prologue and gets no input gradient;
   ``middle``; ``last``: holds the epilogue and the loss; ``only``: both, for one stage)
   and each layer count in `LAYER_COUNTS`. Per (role, layer count) it records the
-  durations of F and B (and of F, I and W with split backward, when the run used it) in
-  seconds, the activation bytes F leaves saved and, from one untimed split call, the
+  durations in seconds of both ways the executor runs a stage, whichever the run used: F
+  and B, and with split backward F (``F_split``: the forward that keeps what W needs,
+  runtime.split), I and W, so that a run of either kind prices the other (at 1-8 rows per
+  microbatch a split forward costs 1.05-1.20x a plain one); the run's own way says which
+  bytes F leaves saved (``activation_bytes``) and, from one untimed split call, the
   bytes a split backward holds from I until W and what of the stage's input and output
   its activations hold (`_split_bytes`). These time stage
   calls exactly as the executor's timeline does, so fixed per-action costs (Python
@@ -37,6 +40,7 @@ import torch
 import torch.distributed as dist
 
 from schedules import Kind
+from schedules.ir import SPLIT_FORWARD
 from schedules.stages import roles
 
 from . import host
@@ -151,41 +155,41 @@ def _profile_stage(model, layers, first, last, x, targets, rows, device, split, 
             split=split,
         )
 
-    stage = make_stage(split)
-    kinds = ("F", "I", "W") if split else ("F", "B")
-    times: dict[str, list[float]] = {k: [] for k in kinds}
+    times: dict[str, list[float]] = {}
     saved = []
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    try:
-        for i in range(warmup + repeats):
-            keep = i >= warmup
-            before = meter.bytes
-            sync()
-            t0 = time.perf_counter_ns()
-            out = stage.forward(0, x, split)
-            sync()
-            t1 = time.perf_counter_ns()
-            saved.append(meter.bytes - before)
-            grad = None if last else torch.ones_like(out)
-            if split:
-                stage.backward_input(0, grad)
+    for mode in (split, not split):  # the run's own way first, as the run warmed it
+        stage = make_stage(mode)
+        try:
+            for i in range(warmup + repeats):
+                before = meter.bytes
                 sync()
-                t2 = time.perf_counter_ns()
-                stage.backward_weight(0)
+                t0 = time.perf_counter_ns()
+                out = stage.forward(0, x, mode)
                 sync()
-                t3 = time.perf_counter_ns()
-                stamps = {"F": t1 - t0, "I": t2 - t1, "W": t3 - t2}
-            else:
-                stage.backward(0, grad)
-                sync()
-                t2 = time.perf_counter_ns()
-                stamps = {"F": t1 - t0, "B": t2 - t1}
-            if keep:
-                for k, ns in stamps.items():
-                    times[k].append(ns / 1e9)
-    finally:
-        stage.zero_grad()
-        stage.close()
+                t1 = time.perf_counter_ns()
+                if mode == split:
+                    saved.append(meter.bytes - before)
+                grad = None if last else torch.ones_like(out)
+                if mode:
+                    stage.backward_input(0, grad)
+                    sync()
+                    t2 = time.perf_counter_ns()
+                    stage.backward_weight(0)
+                    sync()
+                    t3 = time.perf_counter_ns()
+                    stamps = {SPLIT_FORWARD: t1 - t0, "I": t2 - t1, "W": t3 - t2}
+                else:
+                    stage.backward(0, grad)
+                    sync()
+                    t2 = time.perf_counter_ns()
+                    stamps = {"F": t1 - t0, "B": t2 - t1}
+                if i >= warmup:
+                    for k, ns in stamps.items():
+                        times.setdefault(k, []).append(ns / 1e9)
+        finally:
+            stage.zero_grad()
+            stage.close()
     # Byte counts do not vary between calls: one untimed split call says what a zero-bubble
     # schedule's I keeps for W (so that a 1F1B run prices that too) and what of the stage's
     # input and output its activations hold.

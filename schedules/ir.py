@@ -71,6 +71,9 @@ SEND_KINDS: tuple[Kind, ...] = (Kind.SEND_F, Kind.SEND_B)
 RECV_KINDS: tuple[Kind, ...] = (Kind.RECV_F, Kind.RECV_B)
 COMM_KINDS: tuple[Kind, ...] = (Kind.SEND_F, Kind.RECV_F, Kind.SEND_B, Kind.RECV_B)
 COMPUTE_NAMES: tuple[str, ...] = tuple(k.value for k in COMPUTE_KINDS)
+# The name that cost tables and the executor's profile give an F whose backward is split into I
+# and W (schedules.analysis.split_forwards): it does more work than a plain F and is priced apart.
+SPLIT_FORWARD = "F_split"
 SEND_NAMES: tuple[str, ...] = tuple(k.value for k in SEND_KINDS)
 RECV_NAMES: tuple[str, ...] = tuple(k.value for k in RECV_KINDS)
 COMM_NAMES: tuple[str, ...] = tuple(k.value for k in COMM_KINDS)

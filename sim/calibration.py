@@ -27,6 +27,16 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   that role cost what they measured (their mean; a stage's cost in the run depends on
   its rank's neighbours and load, not only on the profile's shape); the per-layer slope
   and the roles the run lacks keep the scaled profile.
+  A forward whose backward is split (schedules.analysis.split_forwards) is its own kind,
+  ``F_split`` (schedules.ir.SPLIT_FORWARD, sim.costs ``forward_split``): the executor runs
+  its weight layers behind bridges that keep what W needs (runtime.split), which at 1-8 rows
+  per microbatch made a ZB-H1 run's F 1.05-1.20x a 1F1B run's. A run that splits its
+  backward measured its F as F_split (`table_kind`). The profile times both ways (F and B;
+  F_split, I and W), so a run prices the kinds of the other way too: the profile's fit
+  scaled by the speed ratio of their counterparts in the run (`COUNTERPARTS`: a 1F1B run's
+  F_split by its F's ratio, I and W by its B's; a zero-bubble run's F by its F_split's, B by
+  its I's and W's). A profile from before (one way timed) leaves those out: a 1F1B run then
+  prices a split forward as F and splits B into I = W = B / 2 (sim.costs).
   Without a profile, the run's own per-stage costs are kept and only programs with
   the same stages can be simulated.
 - **place_factors, switch_forward / switch_backward** (`compute_costs`): a stage's first
@@ -205,18 +215,17 @@ squares over those stages' measured costs gives the slope and each role's fixed 
 the run alone. The profile's shape is not the run's: at mlp 64 rows on 2 cores, anchored
 at 4 layers per stage it put a 2-layer stage's F at 0.77-0.99 ms where runs measured
 1.02-1.16 (its slope too steep, its fixed term negative), and two-stage-per-rank
-schedules were predicted 8-18% short. A kind seen at one size (I and W from ZB-H1) takes its
+schedules were predicted 8-18% short. The split forward seen at one size (ZB-H1's) is F's in-run
+fit times the ratio measured (`split_like_forward`). Another kind seen at one size (I and W from ZB-H1) takes its
 profile slope times the mean ratio of in-run to profile slope of the kinds seen at two,
 fixed terms putting its stages at their measured cost; roles no run holds keep the
 profile's fixed term moved by the present roles' mean shift. With one size throughout, the
 mean of the runs' anchored profile fits (a role's fixed term over the runs that have it).
-Where some runs split their backward and some do not, their forwards are two kinds: an F
-whose backward is split runs the executor's bridges (runtime.split) and costs more at small
-microbatches (ZB-H1's F 1.05-1.20x 1F1B's at 1-8 rows), so the split runs' F is fitted as
-the split forward (``split_forward``, sim.costs ``forward_split``) and the others' as F;
-pooled, both were mispriced (three-run self-replays at gpt 1 row: 1F1B +1.7..+3.5%, ZB-H1
--1.4..-3.9%). A switch cost is averaged over the runs that tell it (`CellFit.told`): a ZB-H1
-run's I all switch, and its 0 averaged in halved a 1F1B run's.
+The split runs' forwards are fitted as F_split, the others' as F (pooled, both were
+mispriced: three-run self-replays at gpt 1 row, 1F1B +1.7..+3.5%, ZB-H1 -1.4..-3.9%); a kind
+no run measured keeps the mean of the runs' profile fits. A switch cost is averaged over the
+runs that tell it (`CellFit.told`): a ZB-H1 run's I all switch, and its 0 averaged in halved a
+1F1B run's.
 
 Predictions hold for the same model at the same microbatch size (rows per
 microbatch); `check_run` refuses others.
@@ -236,7 +245,7 @@ import numpy as np
 import pandas as pd
 
 from schedules.analysis import places, run_lengths, split_forwards, switches
-from schedules.ir import COMPUTE_NAMES, RECV_NAMES, SEND_NAMES, Kind
+from schedules.ir import COMPUTE_NAMES, RECV_NAMES, SEND_NAMES, SPLIT_FORWARD, Kind
 from schedules.posting import posted_before, posted_first
 from schedules.stages import ROLES, balanced_layers, role_of
 
@@ -252,7 +261,6 @@ PLACES = 2  # a stage's first actions of a kind in a step that get their own fac
 RECV_QUANTILE = 0.10
 SPREAD_QUANTILES = 32
 SPREAD_DRAWS = 256
-SPLIT_FORWARD = "F_split"  # the compute tables' key of an F whose backward is split (sim.costs forward_split)
 BACKWARD_NAMES = ("B", "I", "W")  # kinds whose switch cost is switch_backward
 # the kinds that tell switch_backward, in order: W's own switch (a ZB-H1 run's W after W) is not
 # B's or I's (sweep 19, mlp 8 rows p=4, round 0: 182 us from ZB-H1's W, 26 us from 1F1B's B)
@@ -287,7 +295,7 @@ class Calibration:
     num_layers: int
     boundary_bytes: int
     stages: tuple[Mapping[str, Any], ...]  # the run's own stages: layers, role, measured costs and bytes
-    compute: Mapping[str, LinearCost] | None  # kind -> fit (None without a profile)
+    compute: Mapping[str, LinearCost] | None  # kind (SPLIT_FORWARD too) -> fit (None without a profile)
     activation: LinearCost | None
     weight_memory: LinearCost | None
     speed_ratio: Mapping[str, float]
@@ -324,8 +332,6 @@ class Calibration:
     # (sim.costs.growth_factor, `fit_growth`)
     compute_growth: float = 0.0
     growth_horizon: float = 0.0
-    # an F whose backward is split (sim.costs forward_split), where runs of both kinds told it apart
-    split_forward: LinearCost | None = None
 
     # ------------------------------------------------------------------ prediction
     def for_stages(self, num_stages: int) -> CostModel:
@@ -373,8 +379,6 @@ class Calibration:
                 held[f"{side}_weight_memory"] = [min(k, w) for k, w in zip(at[f"{side}_weight_memory"], whole)]
         # Stage costs are switching actions' (what the run and the profile mostly hold); the
         # simulator's are repeating actions', with the switch cost added per action.
-        if self.compute is not None and self.split_forward is not None:
-            times[SPLIT_FORWARD] = [self.split_forward.at(r, n) for r, n in zip(roles, counts)]
         times = {
             k: [max(t - (self.switch_backward if k in BACKWARD_NAMES else self.switch_forward), 0.0)
                 + self.dispatch_overhead for t in v]
@@ -393,7 +397,8 @@ class Calibration:
             grad_reduce_bytes=self.gradient_bytes(layers),
             allreduce_latency=self.allreduce_latency,
             allreduce_bandwidth=self.allreduce_bandwidth,
-            forward=times["F"],
+            # a split run's calibration from a profile of one way only knows its split forward
+            forward=times.get("F", times.get(SPLIT_FORWARD)),
             forward_split=times.get(SPLIT_FORWARD),
             **backward,
             p2p_latency=self.p2p_latency,
@@ -464,8 +469,10 @@ class Calibration:
         else:
             for kind, fit in self.compute.items():
                 fixed = ", ".join(f"{role} {fit.fixed[role] * 1e3:+.3f}" for role in fit.fixed)
-                lines.append(f"  {kind}: {fit.per_layer * 1e3:.3f} ms per layer; fixed per action (ms): {fixed}; "
-                             f"run/profile speed ratio {self.speed_ratio[kind]:.3f}")
+                ratio = self.speed_ratio.get(kind)
+                lines.append(f"  {kind}: {fit.per_layer * 1e3:.3f} ms per layer; fixed per action (ms): {fixed}"
+                             + (f"; run/profile speed ratio {ratio:.3f}" if ratio is not None else
+                                " (timed by the profile only, at the speed ratio of its counterpart in the run)"))
         lines.append(f"  switch (action not repeating its rank's previous one): F +{us(self.switch_forward)}, "
                      f"B/I/W +{us(self.switch_backward)}")
         lines.append(f"  a long run of repeats saves (the k-th from k=3: x(1 - discount x (1 - 1/(k-1)))): "
@@ -579,8 +586,6 @@ class Calibration:
                 if values.get(key) is not None:
                     values[key] = LinearCost(**values[key])
             values["handover_memory"] = {k: LinearCost(**v) for k, v in values.get("handover_memory", {}).items()}
-            if values.get("split_forward") is not None:
-                values["split_forward"] = LinearCost(**values["split_forward"])
             return cls(**values)
         except (TypeError, KeyError, AttributeError) as exc:
             raise CostError(f"{where} is malformed: {exc}") from None
@@ -780,28 +785,22 @@ def _combine(calibrations: list[Calibration], runs: Sequence[MeasuredRun]) -> Ca
         return float(np.mean(list(values)))
 
     first = calibrations[0]
-    compute = split_forward = None
+    compute = None
     if first.compute is not None:
-        split = [bool(c.source.get("split_backward")) for c in calibrations]
-        apart = any(split) and not all(split)  # runs of both kinds: their forwards fitted apart
-
-        def key(kind: str, of_split_run: bool) -> str:
-            return SPLIT_FORWARD if apart and kind == "F" and of_split_run else kind
-
         fits: dict[str, list[LinearCost]] = {}
         points: dict[str, list[tuple[str, int, float]]] = {}
-        for c, of_split_run in zip(calibrations, split):
-            for kind, fit in c.compute.items():  # a 1F1B run gives F and B, a zero-bubble one F, I and W: keep all
-                fits.setdefault(key(kind, of_split_run), []).append(fit)
-                points.setdefault(key(kind, of_split_run), []).extend(
+        for c in calibrations:  # a 1F1B run gives F and B, a zero-bubble one F_split, I and W: keep all
+            for kind, fit in c.compute.items():
+                fits.setdefault(kind, []).append(fit)
+            for kind in COMPUTE_NAMES:  # what the run itself measured, under its table's name
+                points.setdefault(table_kind(kind, bool(c.source.get("split_backward"))), []).extend(
                     (st["role"], st["layers"][1] - st["layers"][0], st[kind]) for st in c.stages if kind in st)
         profiled = {}
         for kind, found in fits.items():
             roles = sorted({r for f in found for r in f.fixed}, key=ROLES.index)
             profiled[kind] = LinearCost(mean(f.per_layer for f in found),
                                         {r: mean(f.fixed[r] for f in found if r in f.fixed) for r in roles})
-        compute = in_run_fits(points, profiled)
-        split_forward = compute.pop(SPLIT_FORWARD, None)
+        compute = in_run_fits({k: v for k, v in points.items() if v}, profiled)
     scalars = {name: mean(getattr(c, name) for c in calibrations) for name in (
         "dispatch_overhead", "send_overhead", "recv_overhead",
         "step_overhead", "p2p_latency", "p2p_load_latency", "repeat_discount_forward",
@@ -822,7 +821,7 @@ def _combine(calibrations: list[Calibration], runs: Sequence[MeasuredRun]) -> Ca
     # for W (a split run's, or any run's since the profile measures it always) serves them all.
     kept = next((c.weight_memory for c in calibrations if c.weight_memory is not None), None)
     handover = next((c.handover_memory for c in calibrations if c.handover_memory), {})
-    return replace(first, compute=compute, split_forward=split_forward, speed_ratio=ratio, p2p_bandwidth=bandwidth, place_factors=places,
+    return replace(first, compute=compute, speed_ratio=ratio, p2p_bandwidth=bandwidth, place_factors=places,
                    weight_memory=kept, handover_memory=handover,
                    source={**first.source, "runs": [str(r.path) for r in runs]}, **scalars)
 
@@ -874,7 +873,8 @@ def _fit_one(run: MeasuredRun, fits: TransferFits, idle: float, post: float = 0.
         if int(layers_profile["rows"]) != run.rows:
             raise CostError(f"{run.path}: profile.json was taken at {layers_profile['rows']} rows per microbatch, "
                             f"the run at {run.rows}")
-        compute, ratio = fit_compute(layers_profile["records"], stages, diagnostics)
+        compute, ratio = fit_compute(layers_profile["records"], stages, diagnostics,
+                                     any(any(split_forwards(stream)) for stream in run.program.streams))
         activation, weight_memory, handover = fit_memory(layers_profile["records"])
     latency, bandwidth, load = fit_p2p(run, transfers, law, diagnostics)
     lead = post * min(first_posts(run), default=0)  # the simulator's earliest row starts this late
@@ -1055,19 +1055,45 @@ def run_stages(run: MeasuredRun, measured: Mapping[str, list[float]]) -> list[di
     return stages
 
 
-def fit_compute(records: list[dict], stages: list[dict], diagnostics: dict) -> tuple[dict, dict]:
-    """Per kind: the profile's fixed + per-layer fit, scaled by the run's speed ratio."""
+def table_kind(kind: str, split: bool) -> str:
+    """The cost table's name for what a run measured as `kind`: a run that splits its backward
+    (`split`) measured its F as the split forward (SPLIT_FORWARD)."""
+    return SPLIT_FORWARD if split and kind == "F" else kind
+
+
+# What the profile times that a run of the other way lacks, and the run's kinds whose speed
+# ratio prices it: a 1F1B run's split forward, I and W; a zero-bubble run's plain forward and B.
+COUNTERPARTS = {"F": ("F",), SPLIT_FORWARD: ("F",), "I": ("B",), "W": ("B",), "B": ("I", "W")}
+
+
+def fit_compute(records: list[dict], stages: list[dict], diagnostics: dict, split: bool = False
+                ) -> tuple[dict, dict]:
+    """Per kind the run measured: the profile's fixed + per-layer fit, scaled by the run's speed
+    ratio and anchored at the run's stages (`table_kind`: a `split` run's F is the split
+    forward); per kind only the profile timed (the other way's: `COUNTERPARTS`), its fit scaled by
+    the mean speed ratio of its counterparts in the run."""
     compute, ratio = {}, {}
+    timed = {k for r in records for k in (*COMPUTE_NAMES, SPLIT_FORWARD) if k in r}
+
+    def profile_fit(key: str) -> LinearCost:
+        fit, residual = fit_linear([(r["role"], r["layers"], median(r[key])) for r in records if key in r])
+        diagnostics[f"profile_fit_rms_{key}"] = residual
+        return fit
+
     for kind in (k for k in COMPUTE_NAMES if all(k in st for st in stages)):
-        fit, residual = fit_linear([(r["role"], r["layers"], median(r[kind])) for r in records if kind in r])
+        key = table_kind(kind, split)
+        fit = profile_fit(key)
         predicted = sum(fit.at(st["role"], st["layers"][1] - st["layers"][0]) for st in stages)
         ratio[kind] = sum(st[kind] for st in stages) / predicted if predicted > 0 else 1.0
-        compute[kind] = anchored(fit.scaled(ratio[kind]), stages, kind)
-        diagnostics[f"profile_fit_rms_{kind}"] = residual
+        compute[key] = anchored(fit.scaled(ratio[kind]), stages, kind)
         # How far the fitted model is from each of the run's own stages (relative).
         diagnostics[f"stage_error_{kind}"] = [
-            compute[kind].at(st["role"], st["layers"][1] - st["layers"][0]) / st[kind] - 1 for st in stages
+            compute[key].at(st["role"], st["layers"][1] - st["layers"][0]) / st[kind] - 1 for st in stages
         ]
+    for key in sorted(timed - set(compute)):
+        told = [ratio[k] for k in COUNTERPARTS[key] if k in ratio]
+        if told:
+            compute[key] = profile_fit(key).scaled(float(np.mean(told)))
     return compute, ratio
 
 
@@ -1495,8 +1521,15 @@ def in_run_fits(points: Mapping[str, Sequence[tuple[str, int, float]]],
     ratios = [sized[k].per_layer / profiled[k].per_layer for k in sized if profiled[k].per_layer > 0]
     out = {}
     for kind, fit in profiled.items():
+        if kind not in points:  # timed by the profiles only (sim.calibration.fit_compute)
+            out[kind] = fit
+            continue
+        like_forward = split_like_forward(points[kind], sized.get("F")) if kind == SPLIT_FORWARD else None
         if kind in sized:
             measured = sized[kind]
+        elif like_forward is not None:
+            out[kind] = like_forward
+            continue
         elif ratios:  # one size: the slope the other kinds' in-run fits give the profile's
             slope = fit.per_layer * float(np.mean(ratios))
             roles = sorted({r for r, _, _ in points[kind]}, key=ROLES.index)
@@ -1510,6 +1543,18 @@ def in_run_fits(points: Mapping[str, Sequence[tuple[str, int, float]]],
         fixed = {**{r: v + shift for r, v in fit.fixed.items()}, **measured.fixed}
         out[kind] = LinearCost(measured.per_layer, {r: fixed[r] for r in sorted(fixed, key=ROLES.index)})
     return out
+
+
+def split_like_forward(points: Sequence[tuple[str, int, float]], forward: LinearCost | None) -> LinearCost | None:
+    """The split forward measured at one stage size (`points`: role, layers, cost), where F's
+    in-run fit (`forward`, None where F was not seen at two sizes) is known: F's work plus a bridge
+    per weight layer (runtime.split), so F's fit times the ratio the split runs measured. Anchored
+    at one size as other kinds are, its bridges went into the fixed terms, and ZBV's half-size
+    stages came out 1.3x F where runs measured 1.0-1.1x (mlp 2 rows, sweep 17)."""
+    shared = [(r, n, v) for r, n, v in points if forward is not None and r in forward.fixed]
+    if not shared:
+        return None
+    return forward.scaled(float(np.mean([v / forward.at(r, n) for r, n, v in shared])))
 
 
 def fit_linear(points: Sequence[tuple[str, int, float]]) -> tuple[LinearCost, float]:

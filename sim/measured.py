@@ -29,7 +29,7 @@ import pandas as pd
 
 from schedules import Program, ScheduleError, load_program_json
 from schedules.io import read_json
-from schedules.ir import COMPUTE_NAMES
+from schedules.ir import COMPUTE_NAMES, SPLIT_FORWARD
 from schedules.posting import PostAhead
 from schedules.stages import ROLES
 from schedules.timeline import CPU_COLUMNS, check_timeline, read_table, step_metrics
@@ -252,7 +252,10 @@ BYTE_COUNTS = ("weight_bytes", "input_bytes", "input_weight_bytes", "output_byte
 
 
 def read_profile(path: Path) -> dict[str, Any] | None:
-    """profile.json checked for the fields calibration reads; None if there is none."""
+    """profile.json checked for the fields calibration reads; None if there is none. Its
+    records time F and B, and F_split (schedules.ir.SPLIT_FORWARD), I and W; a profile from
+    before both ways were timed holds only the run's way, its split forward under "F": it is
+    read under SPLIT_FORWARD, so that "F" always means a plain forward."""
     if not path.is_file():
         return None
     data = read_json(path)
@@ -266,11 +269,14 @@ def read_profile(path: Path) -> dict[str, Any] | None:
         for i, r in enumerate(records):
             ok = (isinstance(r, dict) and r.get("role") in ROLES
                   and isinstance(r.get("layers"), int) and r["layers"] > 0 and isinstance(r.get("activation_bytes"), int)
-                  and "F" in r and all(_samples(r[k]) for k in COMPUTE_NAMES if k in r)
+                  and ("F" in r or SPLIT_FORWARD in r)
+                  and all(_samples(r[k]) for k in (*COMPUTE_NAMES, SPLIT_FORWARD) if k in r)
                   and all(isinstance(r[k], int) and not isinstance(r[k], bool) and r[k] >= 0
                           for k in BYTE_COUNTS if k in r))
             if not ok:
                 raise ScheduleError(f"{path}: layers.records[{i}] is malformed")
+        if layers.get("split") and not any(SPLIT_FORWARD in r for r in records):
+            layers["records"] = [{(SPLIT_FORWARD if k == "F" else k): v for k, v in r.items()} for r in records]
     p2p = data.get("p2p")
     if p2p is not None:
         one_way = p2p.get("one_way_seconds") if isinstance(p2p, dict) else None

@@ -76,11 +76,14 @@ LOAD = 0.0  # what a transfer takes longer per rank computing meanwhile (none un
 POST = 0.0  # rank time per receive posted before a rank's first action (none unless a test sets it)
 POST_AHEAD = 0  # where the executor posts its receives ("step": all at the step's start)
 GROWTH = (0.0, 0.0)  # per second and up to what start a compute action's cost grows (sim.costs.growth_factor)
-SPLIT_PER_LAYER = 0.0  # what an F whose backward is split costs beyond a plain F, per layer (none unless set)
+# An F whose backward is split costs a plain F's times SPLIT_FACTOR plus SPLIT_PER_LAYER per layer
+# (the same as a plain F unless a test sets them).
+SPLIT_FACTOR = 1.0
+SPLIT_PER_LAYER = 0.0
 
 
 def split_forward_value(role, layers):
-    return stage_value(FIXED, "F", role, layers) + layers * SPLIT_PER_LAYER
+    return stage_value(FIXED, "F", role, layers) * SPLIT_FACTOR + layers * SPLIT_PER_LAYER
 
 
 def true_costs(num_stages: int) -> CostModel:
@@ -102,8 +105,11 @@ def true_costs(num_stages: int) -> CostModel:
 
 def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profile: bool = False,
               profile_slowdown: float = 1.0, skew: tuple[float, ...] = (),
-              stalls: dict[int, float] | None = None) -> float:
+              stalls: dict[int, float] | None = None, one_way: bool = False) -> float:
     """A synthetic run directory of `name` at p=2; returns its (true) step time.
+
+    Its profile times both ways of running a stage (F, B; F_split, I, W), as the executor's
+    does, or with `one_way` only the run's (F and B, or F, I and W), as it did before.
 
     `profile_slowdown` multiplies the profile's stage-call times (the profile runs outside the
     steps, e.g. on a machine busy otherwise); `skew[k]` is added to rank 1's times in step k
@@ -166,10 +172,14 @@ def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profil
         split = any(a.kind is schedules.Kind.I for stream in program.streams for a in stream)
 
         def calls(role, k):  # what the profile's stage calls take, each switching
-            if not split:  # F and B alternate
-                return {kind: stage_value(FIXED, kind, role, k) + SWITCH[kind] for kind in ("F", "B")}
+            plain = {kind: stage_value(FIXED, kind, role, k) + SWITCH[kind] for kind in ("F", "B")}  # F, B alternate
             half = (stage_value(FIXED, "B", role, k) + DISPATCH) / 2 - DISPATCH  # the machine's I = W = B / 2
-            return {"F": split_forward_value(role, k) + SWITCH["F"], "I": half + SWITCH["B"], "W": half + SWITCH["B"]}
+            apart = {"F_split": split_forward_value(role, k) + SWITCH["F"], "I": half + SWITCH["B"],
+                     "W": half + SWITCH["B"]}
+            if not one_way:
+                return {**plain, **apart}
+            # the run's way only; a split run's forward under "F", as such profiles named it
+            return {("F" if kind == "F_split" else kind): v for kind, v in apart.items()} if split else plain
 
         records = [
             {"rank": rank, "role": role, "layers": k,
@@ -1007,19 +1017,24 @@ def test_compute_level_of_a_run_on_a_slower_machine(calibration_run, tmp_path, m
     assert any("x1.000 to x1.250 of the fitted costs" in w for w in quality["warnings"])
 
 
-def test_a_split_forward_is_priced_apart_when_runs_of_both_kinds_are_calibrated(tmp_path, monkeypatch):
+@pytest.mark.parametrize("one_way", [False, True])
+def test_a_split_forward_is_priced_apart(tmp_path, monkeypatch, one_way):
     """A machine whose F costs 0.3 ms per layer more when its backward is split into I and W (the
-    executor's bridges, runtime.split). Calibrated on a 1F1B and a ZB-H1 run together, the plain
-    and the split forward come back apart, each at the machine's cost on every stage of other
-    cuts; both runs replay themselves, and held-out runs of either kind (GPipe, ZB-H2, ZBV's two
-    stages per rank) are predicted exactly. A 1F1B run alone cannot tell the split forward: it
-    predicts ZB-H2 short by the difference."""
+    executor's bridges, runtime.split). With profiles that time both ways, a 1F1B run alone gives
+    the split forward, I and W at the machine's cost (the profile's, at the run's speed ratios) and
+    predicts ZB-H2 and ZBV exactly (and a ZB-H1 run alone prices F and B); with profiles of the run's way only (as before), it cannot
+    and predicts ZB-H2 short, while a 1F1B and a ZB-H1 run together still tell the plain and the
+    split forward apart. Either way the pair replays itself, prices every stage of other cuts as
+    the machine does, and predicts held-out runs of either kind (GPipe, ZB-H2, ZBV) exactly."""
     monkeypatch.setitem(globals(), "SPLIT_PER_LAYER", 300_000 * NS)
-    write_run(tmp_path / "1f1b", "1f1b", 8, profile=True)
-    write_run(tmp_path / "zb-h1", "zb-h1", 8, profile=True)
+    write_run(tmp_path / "1f1b", "1f1b", 8, profile=True, one_way=one_way)
+    write_run(tmp_path / "zb-h1", "zb-h1", 8, profile=True, one_way=one_way)
     runs = [read_measured(tmp_path / name) for name in ("1f1b", "zb-h1")]
+    held_out = {}
+    for name, m in (("gpipe", 4), ("zb-h2", 6), ("zbv", 4)):
+        truth = write_run(tmp_path / f"{name}-{m}", name, m)
+        held_out[name] = (read_measured(tmp_path / f"{name}-{m}"), truth)
     both = calibrate_runs(runs)
-    assert both.split_forward is not None
     for n in (2, 4):
         truth, fitted = true_costs(n), both.cost_model(n)
         assert fitted.forward == pytest.approx(truth.forward, rel=1e-6)
@@ -1027,13 +1042,46 @@ def test_a_split_forward_is_priced_apart_when_runs_of_both_kinds_are_calibrated(
         assert fitted.forward_split[0] > fitted.forward[0] * 1.05
     for run in runs:
         assert abs(compare_run(run, both.for_run(run))[0].step_time_error) < 1e-6
-    for name, m, chunks in (("gpipe", 4, None), ("zb-h2", 6, None), ("zbv", 4, None)):
-        truth = write_run(tmp_path / f"{name}-{m}", name, m, chunks)
-        held_out = read_measured(tmp_path / f"{name}-{m}")
-        assert simulate(held_out.program, both.for_run(held_out)).step_time == pytest.approx(truth, rel=1e-6)
+    for run, truth in held_out.values():
+        assert simulate(run.program, both.for_run(run)).step_time == pytest.approx(truth, rel=1e-6)
     alone = calibrate(runs[0])
-    assert alone.split_forward is None
-    held_out = read_measured(tmp_path / "zb-h2-6")
-    assert simulate(held_out.program, alone.for_run(held_out)).step_time < held_out.step_time_median * 0.97
+    zb_h2, truth = held_out["zb-h2"]
+    if one_way:
+        assert alone.cost_model(2).forward_split is None
+        assert simulate(zb_h2.program, alone.for_run(zb_h2)).step_time < truth * 0.97
+    else:
+        assert alone.cost_model(4).forward_split == pytest.approx(true_costs(4).forward_split, rel=1e-6)
+        for name in ("zb-h2", "zbv"):
+            run, truth = held_out[name]
+            assert simulate(run.program, alone.for_run(run)).step_time == pytest.approx(truth, rel=1e-6)
+        assert "(timed by the profile only" in alone.report()
+        # a ZB-H1 run alone prices the plain F, and B as a switching B costs (B's switch, what its
+        # repeats save, is what a run whose I all switch cannot tell)
+        truth, zb_alone = true_costs(4), calibrate(runs[1]).cost_model(4)
+        assert zb_alone.forward == pytest.approx(truth.forward, rel=1e-6)
+        assert zb_alone.backward_full == pytest.approx([b + SWITCH["B"] for b in truth.backward_full], rel=1e-6)
     again = Calibration.from_dict(json.loads(json.dumps(both.to_dict())))
     assert again.cost_model(4).forward_split == both.cost_model(4).forward_split
+
+
+def test_a_split_forward_seen_at_one_stage_size_scales_with_the_forward(tmp_path, monkeypatch):
+    """A machine whose split forward costs 1.15 plain ones at every size. Calibrated on 1F1B,
+    ZB-H1 and interleaved runs (the split forward at 4 layers per stage only, F at 4 and 2) with
+    profiles of their own way only, the ZB-H1 run's split forward 1 ms dearer per call (its shape
+    is not the run's), the split forward of 2-layer stages comes out 1.15x F as the machine's, and ZBV
+    (2-layer stages, every forward split) is predicted exactly."""
+    monkeypatch.setitem(globals(), "SPLIT_FACTOR", 1.15)
+    monkeypatch.setitem(globals(), "SWITCH", {"F": 0.0, "B": 0.0})  # a ratio of switching costs is the machine's
+    for name, chunks in (("1f1b", None), ("zb-h1", None), ("interleaved", 2)):
+        write_run(tmp_path / name, name, 8, chunks, profile=True, one_way=True)
+    profile = json.loads((tmp_path / "zb-h1" / "profile.json").read_text())
+    for record in profile["layers"]["records"]:
+        record["F"] = [x + 1e-3 for x in record["F"]]
+    (tmp_path / "zb-h1" / "profile.json").write_text(json.dumps(profile))
+    c = calibrate_runs([read_measured(tmp_path / name) for name in ("1f1b", "zb-h1", "interleaved")])
+    fitted, truth = c.cost_model(4), true_costs(4)
+    assert fitted.forward_split == pytest.approx(truth.forward_split, rel=1e-6)
+    assert fitted.forward == pytest.approx(truth.forward, rel=1e-6)
+    exact = write_run(tmp_path / "zbv", "zbv", 4)
+    run = read_measured(tmp_path / "zbv")
+    assert simulate(run.program, c.for_run(run)).step_time == pytest.approx(exact, rel=1e-6)

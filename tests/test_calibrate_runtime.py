@@ -46,7 +46,7 @@ def test_layer_profile_times_every_role_and_counts_activations_like_the_executor
     records = layers["records"]
     assert [(r["role"], r["layers"]) for r in records] == [
         (role, n) for role in ("first", "middle", "last") for n in LAYER_COUNTS]
-    kinds = ("F", "I", "W") if name == "zb-h1" else ("F", "B")
+    kinds = ("F", "B", "F_split", "I", "W")  # both ways, whichever the run used
     tensor = ROWS * HIDDEN * 4  # one fp32 activation of a microbatch
     for r in records:
         assert all(len(r[k]) == layers["repeats"] and min(r[k]) > 0 for k in kinds)
@@ -63,6 +63,17 @@ def test_layer_profile_times_every_role_and_counts_activations_like_the_executor
         assert (r["output_bytes"], r["output_weight_bytes"]) == (tensor * (r["role"] != "last"), 0)
     write_profile(tmp_path, profile)
     assert read_profile(tmp_path / "profile.json") == json.loads(json.dumps(profile))
+
+
+def test_a_profile_of_one_way_names_its_split_forward_as_the_calibration_reads_it(tmp_path):
+    """Profiles from before both ways were timed hold the run's way only; a split run's forward
+    was "F" there. It is read as F_split, the name of a split forward everywhere else."""
+    record = {"role": "first", "layers": 1, "F": [1e-3], "I": [2e-3], "W": [3e-3], "activation_bytes": 64}
+    for split, key in ((True, "F_split"), (False, "F")):
+        (tmp_path / "profile.json").write_text(json.dumps(
+            {"layers": {"rows": 1, "repeats": 1, "warmup": 0, "split": split, "records": [record]}}))
+        read = read_profile(tmp_path / "profile.json")["layers"]["records"][0]
+        assert read[key] == [1e-3] and set(read) - {key} == {"role", "layers", "I", "W", "activation_bytes"}
 
 
 STEPS = 20  # steps of 2-3 ms: enough for quartiles, so that the calibration can fence off stalled ones
