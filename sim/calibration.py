@@ -789,12 +789,20 @@ def _combine(calibrations: list[Calibration], runs: Sequence[MeasuredRun]) -> Ca
     if first.compute is not None:
         fits: dict[str, list[LinearCost]] = {}
         points: dict[str, list[tuple[str, int, float]]] = {}
+        measured: dict[str, list[LinearCost]] = {}  # each kind's fits by the runs that measured it
         for c in calibrations:  # a 1F1B run gives F and B, a zero-bubble one F_split, I and W: keep all
             for kind, fit in c.compute.items():
                 fits.setdefault(kind, []).append(fit)
             for kind in COMPUTE_NAMES:  # what the run itself measured, under its table's name
-                points.setdefault(table_kind(kind, bool(c.source.get("split_backward"))), []).extend(
-                    (st["role"], st["layers"][1] - st["layers"][0], st[kind]) for st in c.stages if kind in st)
+                key = table_kind(kind, bool(c.source.get("split_backward")))
+                own = [(st["role"], st["layers"][1] - st["layers"][0], st[kind]) for st in c.stages if kind in st]
+                points.setdefault(key, []).extend(own)
+                if own and key in c.compute:
+                    measured.setdefault(key, []).append(c.compute[key])
+        # A kind some run measured is that run's (anchored at its stages), not averaged with the
+        # profile-only estimates of the runs of the other way (sweep 20, mlp 8 rows: a 1F1B and a
+        # ZB-H1 run together replayed the 1F1B run +8-10% with its F so averaged).
+        fits.update(measured)
         profiled = {}
         for kind, found in fits.items():
             roles = sorted({r for f in found for r in f.fixed}, key=ROLES.index)

@@ -1085,3 +1085,26 @@ def test_a_split_forward_seen_at_one_stage_size_scales_with_the_forward(tmp_path
     exact = write_run(tmp_path / "zbv", "zbv", 4)
     run = read_measured(tmp_path / "zbv")
     assert simulate(run.program, c.for_run(run)).step_time == pytest.approx(exact, rel=1e-6)
+
+
+def test_a_kind_a_run_measured_is_not_averaged_with_another_runs_profile_estimate(tmp_path, monkeypatch):
+    """A 1F1B and a ZB-H1 run whose profiles time the other way's kinds 1 ms dear per call (what
+    neither run measured). Together they price each kind from the run that measured it: F and B
+    from the 1F1B run, the split forward, I and W from the ZB-H1 run, exactly as the machine; both
+    replay themselves."""
+    monkeypatch.setitem(globals(), "SPLIT_PER_LAYER", 300_000 * NS)
+    for name, other in (("1f1b", ("F_split", "I", "W")), ("zb-h1", ("F", "B"))):
+        write_run(tmp_path / name, name, 8, profile=True)
+        profile = json.loads((tmp_path / name / "profile.json").read_text())
+        for record in profile["layers"]["records"]:
+            for kind in other:
+                record[kind] = [x + 1e-3 for x in record[kind]]
+        (tmp_path / name / "profile.json").write_text(json.dumps(profile))
+    runs = [read_measured(tmp_path / name) for name in ("1f1b", "zb-h1")]
+    both = calibrate_runs(runs)
+    fitted, truth = both.cost_model(2), true_costs(2)
+    assert fitted.forward == pytest.approx(truth.forward, rel=1e-6)
+    assert fitted.forward_split == pytest.approx(truth.forward_split, rel=1e-6)
+    assert fitted.backward_full == pytest.approx(truth.backward_full, rel=1e-6)
+    for run in runs:
+        assert abs(compare_run(run, both.for_run(run))[0].step_time_error) < 1e-6
