@@ -819,7 +819,7 @@ def _combine(calibrations: list[Calibration], runs: Sequence[MeasuredRun]) -> Ca
     inverse = [1.0 / c.p2p_bandwidth for c in calibrations]
     bandwidth = math.inf if not any(inverse) else 1.0 / mean(inverse)
     ratio = {k: mean(c.speed_ratio[k] for c in calibrations if k in c.speed_ratio)
-             for k in COMPUTE_NAMES if any(k in c.speed_ratio for c in calibrations)}
+             for k in (*COMPUTE_NAMES, SPLIT_FORWARD) if any(k in c.speed_ratio for c in calibrations)}
     places = {}
     for kind in COMPUTE_NAMES:
         fitted = [c.place_factors[kind] for c in calibrations if c.place_factors.get(kind)]
@@ -1071,7 +1071,7 @@ def table_kind(kind: str, split: bool) -> str:
 
 # What the profile times that a run of the other way lacks, and the run's kinds whose speed
 # ratio prices it: a 1F1B run's split forward, I and W; a zero-bubble run's plain forward and B.
-COUNTERPARTS = {"F": ("F",), SPLIT_FORWARD: ("F",), "I": ("B",), "W": ("B",), "B": ("I", "W")}
+COUNTERPARTS = {"F": (SPLIT_FORWARD,), SPLIT_FORWARD: ("F",), "I": ("B",), "W": ("B",), "B": ("I", "W")}
 
 
 def fit_compute(records: list[dict], stages: list[dict], diagnostics: dict, split: bool = False
@@ -1092,8 +1092,8 @@ def fit_compute(records: list[dict], stages: list[dict], diagnostics: dict, spli
         key = table_kind(kind, split)
         fit = profile_fit(key)
         predicted = sum(fit.at(st["role"], st["layers"][1] - st["layers"][0]) for st in stages)
-        ratio[kind] = sum(st[kind] for st in stages) / predicted if predicted > 0 else 1.0
-        compute[key] = anchored(fit.scaled(ratio[kind]), stages, kind)
+        ratio[key] = sum(st[kind] for st in stages) / predicted if predicted > 0 else 1.0
+        compute[key] = anchored(fit.scaled(ratio[key]), stages, kind)
         # How far the fitted model is from each of the run's own stages (relative).
         diagnostics[f"stage_error_{kind}"] = [
             compute[key].at(st["role"], st["layers"][1] - st["layers"][0]) / st[kind] - 1 for st in stages

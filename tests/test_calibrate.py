@@ -1055,6 +1055,8 @@ def test_a_split_forward_is_priced_apart(tmp_path, monkeypatch, one_way):
             run, truth = held_out[name]
             assert simulate(run.program, alone.for_run(run)).step_time == pytest.approx(truth, rel=1e-6)
         assert "(timed by the profile only" in alone.report()
+        report = {line.split(":")[0].strip(): line for line in calibrate(runs[1]).report().splitlines()}
+        assert "run/profile speed ratio" in report["F_split"] and "timed by the profile only" in report["F"]
         # a ZB-H1 run alone prices the plain F, and B as a switching B costs (B's switch, what its
         # repeats save, is what a run whose I all switch cannot tell)
         truth, zb_alone = true_costs(4), calibrate(runs[1]).cost_model(4)
