@@ -345,8 +345,10 @@ class Pricer:
             ranks_memory.append(RankMemory(states.weights, states.gradients, states.optimizer, buffers))
             after.append(after_ns)
         stage = ResolvedCosts(
-            forward=forward, backward=backward, input=inputs, weight=weights, send_forward=sends,
-            send_backward=sends, memory=act, weight_memory=kept,
+            # FLOP-priced: a forward whose backward is split does the same work (its bridges' cost
+            # is the CPU executor's, sim.costs)
+            forward=forward, forward_split=forward, backward=backward, input=inputs, weight=weights,
+            send_forward=sends, send_backward=sends, memory=act, weight_memory=kept,
             static=tuple(round(m.total) for m in ranks_memory), contention=True,
         )
         return ConfigCosts(config, stage, placement, tuple(ranks_memory), tuple(after),
