@@ -868,6 +868,7 @@ def _fit_one(run: MeasuredRun, fits: TransferFits, idle: float, post: float = 0.
     transfers, law, dispatch, send, recv = fits.transfers, fits.law, fits.dispatch, fits.send, fits.recv
     discounts = discounts or {}
     measured, switch, places = compute_costs(run, dispatch, idle, discounts, growth)
+    split = any(any(split_forwards(stream)) for stream in run.program.streams)  # its F are split forwards
     stages = run_stages(run, measured)
     # which switch costs the run tells: a ZB-H1 run's I and W almost all switch, and a 0 for
     # "not told" averaged in with a 1F1B run's would halve its B's switch
@@ -881,8 +882,7 @@ def _fit_one(run: MeasuredRun, fits: TransferFits, idle: float, post: float = 0.
         if int(layers_profile["rows"]) != run.rows:
             raise CostError(f"{run.path}: profile.json was taken at {layers_profile['rows']} rows per microbatch, "
                             f"the run at {run.rows}")
-        compute, ratio = fit_compute(layers_profile["records"], stages, diagnostics,
-                                     any(any(split_forwards(stream)) for stream in run.program.streams))
+        compute, ratio = fit_compute(layers_profile["records"], stages, diagnostics, split)
         activation, weight_memory, handover = fit_memory(layers_profile["records"])
     latency, bandwidth, load = fit_p2p(run, transfers, law, diagnostics)
     lead = post * min(first_posts(run), default=0)  # the simulator's earliest row starts this late
@@ -895,7 +895,7 @@ def _fit_one(run: MeasuredRun, fits: TransferFits, idle: float, post: float = 0.
         source={
             "run": str(run.path), "schedule": schedule.name, "ranks": schedule.ranks,
             "microbatches": schedule.microbatches, "chunks": schedule.chunks, "steps": len(run.steps),
-            "split_backward": any(any(split_forwards(stream)) for stream in run.program.streams),
+            "split_backward": split,
             "step_time_median": run.step_time_median,
         },
         model={k: v for k, v in run.model.items() if k != "batch_size"},

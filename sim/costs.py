@@ -238,7 +238,8 @@ class ResolvedCosts:
     """A cost model resolved for one schedule: integers (nanoseconds, bytes) per stage.
 
     `forward[s]`, `backward[s]`, `input[s]`, `weight[s]`: compute time of F, B, I, W of
-    stage s; `forward_split[s]`: of an F whose backward is split; `send_forward[s]`/`send_backward[s]`: transfer time across boundary s|s+1;
+    stage s; `forward_split[s]`: of an F whose backward is split; `send_forward[s]`/`send_backward[s]`:
+    transfer time across boundary s|s+1;
     `memory[s]`: activation bytes of one microbatch on stage s; `weight_memory[s]`: the
     bytes kept from I until W; `handover[s]`: the storage stage s shares with stage s-1 on
     one rank (sim.handover), None if none; `static[r]`: static bytes of rank r; `send_overhead`,
@@ -466,7 +467,8 @@ class CostModel:
 
         return replace(self, forward=times(self.forward), backward_input=times(self.backward_input),
                        backward_weight=times(self.backward_weight), backward_full=times(self.backward_full),
-                       forward_split=times(self.forward_split), switch_forward=self.switch_forward * factor, switch_backward=self.switch_backward * factor)
+                       forward_split=times(self.forward_split), switch_forward=self.switch_forward * factor,
+                       switch_backward=self.switch_backward * factor)
 
     def describe(self) -> str:
         """One line naming the compute (and transfer) costs, for figure titles."""
