@@ -1,10 +1,15 @@
 """Where each shape group stands: its latest sweep's held-out predictions, gathered into one table
 and one figure.
 
-    python bench/fidelity_standing.py RESULTS.csv:GROUP[,GROUP...] [...] [--calibration three] [--figure PATH]
+    python bench/fidelity_standing.py RESULTS.csv:GROUP[,GROUP...] [...] [--calibration three] [--figure PATH] [--write CSV]
+    python bench/fidelity_standing.py bench/fidelity_standing.csv --figure figures/fidelity_standing.png
 
 Each argument names a sweep's results.csv (bench/fidelity.py) and the groups to take from it, so
-that every group is shown from the sweep that measured it last. It prints per group the MAPE of
+that every group is shown from the sweep that measured it last; a file named without groups gives
+all of its groups. ``--write`` keeps the gathered rows, each with the file it came from
+(``source``), as one CSV: bench/fidelity_standing.csv is that table for the README, so that its
+standing and figure are drawn again from the repository alone (run directories are not kept in
+it), and read back its rows keep their own sources. It prints per group the MAPE of
 the chosen calibration's predictions (default ``three``: the round's three calibration runs),
 the largest error and the schedule pairs whose rounds do not overlap that it orders as measured
 (bench/fidelity.py's `summarize`), and draws every case's error against its measured step time
@@ -25,29 +30,36 @@ import pandas as pd  # noqa: E402
 from fidelity import summarize  # noqa: E402
 
 
-def parse_source(text: str) -> tuple[Path, list[str]]:
-    """'RESULTS.csv:GROUP,GROUP' -> (path, groups); ValueError if either part is missing."""
+def parse_source(text: str) -> tuple[Path, list[str] | None]:
+    """'RESULTS.csv:GROUP,GROUP' -> (path, groups), 'RESULTS.csv' -> (path, None: every group);
+    ValueError if a colon leaves either part empty."""
+    if ":" not in text:
+        return Path(text), None
     path, _, groups = text.rpartition(":")
     names = [g for g in groups.split(",") if g]
     if not path or not names:
-        raise ValueError(f"expected RESULTS.csv:GROUP[,GROUP...], got {text!r}")
+        raise ValueError(f"expected RESULTS.csv[:GROUP[,GROUP...]], got {text!r}")
     return Path(path), names
 
 
-def gather(sources: list[tuple[Path, list[str]]]) -> pd.DataFrame:
-    """The named groups' rows of each results.csv, with the file each came from; ValueError for
-    a group a file lacks or a group named twice."""
+def gather(sources: list[tuple[Path, list[str] | None]]) -> pd.DataFrame:
+    """The named groups' rows of each results.csv (None: all of its groups), with the file each
+    came from (a row that already names one, from a table ``--write`` wrote, keeps it);
+    ValueError for a group a file lacks or a group named twice."""
     frames, seen = [], set()
     for path, names in sources:
         table = pd.read_csv(path)
-        for name in names:
+        if "group" not in table.columns:
+            raise ValueError(f"{path} is not a results table (it has no group column)")
+        for name in (table["group"].unique().tolist() if names is None else names):
             if name in seen:
                 raise ValueError(f"group {name} named twice")
             seen.add(name)
             rows = table[table["group"] == name]
             if rows.empty:
                 raise ValueError(f"{path} has no group {name} (it has {', '.join(table['group'].unique())})")
-            frames.append(rows.assign(source=str(path)))
+            kept = rows["source"] if "source" in rows.columns else str(path)
+            frames.append(rows.assign(source=kept))
     return pd.concat(frames, ignore_index=True)
 
 
@@ -80,9 +92,10 @@ def figure(table: pd.DataFrame, label: str, path: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("sources", nargs="+", metavar="RESULTS.csv:GROUP[,GROUP...]")
+    parser.add_argument("sources", nargs="+", metavar="RESULTS.csv[:GROUP[,GROUP...]]")
     parser.add_argument("--calibration", default="three", help="which predictions (results.csv's pred_*_ms)")
     parser.add_argument("--figure", metavar="PATH")
+    parser.add_argument("--write", metavar="CSV", help="keep the gathered rows, with their sources, as one CSV")
     args = parser.parse_args()
     try:
         table = gather([parse_source(text) for text in args.sources])
@@ -110,6 +123,9 @@ def main() -> int:
     if args.figure:
         figure(table[table[f"err_{label}"].notna()], label, args.figure)
         print(f"wrote {args.figure}")
+    if args.write:
+        table.to_csv(args.write, index=False)
+        print(f"wrote {args.write}")
     return 0
 
 

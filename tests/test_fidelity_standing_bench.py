@@ -51,7 +51,34 @@ def test_gather_keeps_only_the_named_groups(tmp_path) -> None:
         bench.gather([bench.parse_source(f"{tmp_path / 'one.csv'}:x,x")])
 
 
-@pytest.mark.parametrize("argument", ["no-colon.csv", "file.csv:", ":group"])
+def test_a_written_standing_reads_back_with_its_sources(tmp_path, capsys, monkeypatch) -> None:
+    """--write keeps the gathered rows with the file each came from; that table named alone (no
+    groups: all of them) gives the same standing, each group still from its own sweep."""
+    results(tmp_path / "one.csv", "x", [0.03, -0.06, 0.09])
+    results(tmp_path / "two.csv", "y", [0.01, -0.01, -0.40])
+    bench = load_script(SCRIPT)
+    standing = tmp_path / "standing.csv"
+    monkeypatch.setattr(sys, "argv", ["fidelity_standing.py", f"{tmp_path / 'one.csv'}:x", f"{tmp_path / 'two.csv'}:y",
+                                      "--write", str(standing)])
+    assert bench.main() == 0
+    first = capsys.readouterr().out
+    monkeypatch.setattr(sys, "argv", ["fidelity_standing.py", str(standing)])
+    assert bench.main() == 0
+    again = capsys.readouterr().out
+    assert f"| x | {tmp_path / 'one.csv'} | 3 | 6.0% | +9.0% (c m=2) | 3/3 |" in again
+    assert f"| y | {tmp_path / 'two.csv'} | 3 | 14.0% | -40.0% (c m=2) | 2/3 |" in again
+    assert again == first.replace(f"wrote {standing}\n", "")
+    assert list(pd.read_csv(standing)["source"].unique()) == [str(tmp_path / "one.csv"), str(tmp_path / "two.csv")]
+
+
+def test_a_table_without_groups_is_one_clear_line(tmp_path) -> None:
+    pd.DataFrame({"schedule": ["a"]}).to_csv(tmp_path / "odd.csv", index=False)
+    done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "odd.csv")], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr == f"error: {tmp_path / 'odd.csv'} is not a results table (it has no group column)\n"
+
+
+@pytest.mark.parametrize("argument", ["file.csv:", ":group"])
 def test_a_malformed_argument_is_one_clear_line(argument: str) -> None:
     done = subprocess.run([sys.executable, str(SCRIPT), argument], capture_output=True, text=True)
     assert done.returncode == 2
@@ -59,8 +86,10 @@ def test_a_malformed_argument_is_one_clear_line(argument: str) -> None:
     assert "Traceback" not in done.stderr
 
 
-def test_a_missing_file_is_one_clear_line(tmp_path) -> None:
-    done = subprocess.run([sys.executable, str(SCRIPT), f"{tmp_path / 'absent.csv'}:x"], capture_output=True, text=True)
+@pytest.mark.parametrize("suffix", [":x", ""])
+def test_a_missing_file_is_one_clear_line(tmp_path, suffix: str) -> None:
+    done = subprocess.run([sys.executable, str(SCRIPT), f"{tmp_path / 'absent.csv'}{suffix}"], capture_output=True,
+                          text=True)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("error:")
 
