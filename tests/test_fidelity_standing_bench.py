@@ -22,20 +22,29 @@ def results(path: Path, group: str, errors: list[float]) -> None:
                   "pred_three_ms": [m * (1 + e) for m, e in zip(measured, errors)], "err_three": errors}).to_csv(path, index=False)
 
 
-def test_each_group_from_its_own_file_in_closed_form(tmp_path, capsys, monkeypatch) -> None:
-    """Group x from one file (errors +3, -6, +9%: MAPE 6%, largest +9%) and y from another (+1%,
-    -1%, +1%, and c predicted below b, so 2 of the 3 pairs apart are ordered as measured); the
-    same group in the first file is not taken."""
+def two_groups(tmp_path: Path) -> list[str]:
+    """Group x in one file (errors +3, -6, +9%: MAPE 6%, largest +9%) and y in another (+1%, -1%,
+    +1%, and c predicted below b, so 2 of the 3 pairs apart are ordered as measured); the
+    arguments that take each from its own file."""
     results(tmp_path / "one.csv", "x", [0.03, -0.06, 0.09])
     results(tmp_path / "two.csv", "y", [0.01, -0.01, -0.40])
-    bench = load_script(SCRIPT)
-    figure = tmp_path / "standing.png"
-    monkeypatch.setattr(sys, "argv", ["fidelity_standing.py", f"{tmp_path / 'one.csv'}:x", f"{tmp_path / 'two.csv'}:y",
-                                      "--figure", str(figure)])
-    assert bench.main() == 0
-    out = capsys.readouterr().out
+    return [f"{tmp_path / 'one.csv'}:x", f"{tmp_path / 'two.csv'}:y"]
+
+
+def assert_two_groups(out: str, tmp_path: Path) -> None:
     assert f"| x | {tmp_path / 'one.csv'} | 3 | 6.0% | +9.0% (c m=2) | 3/3 |" in out
     assert f"| y | {tmp_path / 'two.csv'} | 3 | 14.0% | -40.0% (c m=2) | 2/3 |" in out
+
+
+def test_each_group_from_its_own_file_in_closed_form(tmp_path, capsys, monkeypatch) -> None:
+    """`two_groups`, each from its file; the same group in the first file is not taken."""
+    sources = two_groups(tmp_path)
+    bench = load_script(SCRIPT)
+    figure = tmp_path / "standing.png"
+    monkeypatch.setattr(sys, "argv", ["fidelity_standing.py", *sources, "--figure", str(figure)])
+    assert bench.main() == 0
+    out = capsys.readouterr().out
+    assert_two_groups(out, tmp_path)
     assert "6 cases: mean absolute error 10.0%, 3 within 5%" in out  # +3%, +1% and -1%
     assert figure.stat().st_size > 0
 
@@ -54,19 +63,16 @@ def test_gather_keeps_only_the_named_groups(tmp_path) -> None:
 def test_a_written_standing_reads_back_with_its_sources(tmp_path, capsys, monkeypatch) -> None:
     """--write keeps the gathered rows with the file each came from; that table named alone (no
     groups: all of them) gives the same standing, each group still from its own sweep."""
-    results(tmp_path / "one.csv", "x", [0.03, -0.06, 0.09])
-    results(tmp_path / "two.csv", "y", [0.01, -0.01, -0.40])
+    sources = two_groups(tmp_path)
     bench = load_script(SCRIPT)
     standing = tmp_path / "standing.csv"
-    monkeypatch.setattr(sys, "argv", ["fidelity_standing.py", f"{tmp_path / 'one.csv'}:x", f"{tmp_path / 'two.csv'}:y",
-                                      "--write", str(standing)])
+    monkeypatch.setattr(sys, "argv", ["fidelity_standing.py", *sources, "--write", str(standing)])
     assert bench.main() == 0
     first = capsys.readouterr().out
     monkeypatch.setattr(sys, "argv", ["fidelity_standing.py", str(standing)])
     assert bench.main() == 0
     again = capsys.readouterr().out
-    assert f"| x | {tmp_path / 'one.csv'} | 3 | 6.0% | +9.0% (c m=2) | 3/3 |" in again
-    assert f"| y | {tmp_path / 'two.csv'} | 3 | 14.0% | -40.0% (c m=2) | 2/3 |" in again
+    assert_two_groups(again, tmp_path)
     assert again == first.replace(f"wrote {standing}\n", "")
     assert list(pd.read_csv(standing)["source"].unique()) == [str(tmp_path / "one.csv"), str(tmp_path / "two.csv")]
 
