@@ -120,12 +120,16 @@ def main() -> int:
               f"{entry['largest']:+.1%} ({entry['largest_case']}) | {order['agreed']}/{order['pairs']} |")
     within = sum(e <= 0.05 for e in errors)
     print(f"\n{len(errors)} cases: mean absolute error {sum(errors) / len(errors):.1%}, {within} within 5%")
-    if args.figure:
-        figure(table[table[f"err_{label}"].notna()], label, args.figure)
-        print(f"wrote {args.figure}")
-    if args.write:
-        table.to_csv(args.write, index=False)
-        print(f"wrote {args.write}")
+    try:
+        if args.figure:
+            figure(table[table[f"err_{label}"].notna()], label, args.figure)
+            print(f"wrote {args.figure}")
+        if args.write:
+            table.to_csv(args.write, index=False)
+            print(f"wrote {args.write}")
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

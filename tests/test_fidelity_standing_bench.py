@@ -77,6 +77,14 @@ def test_a_written_standing_reads_back_with_its_sources(tmp_path, capsys, monkey
     assert list(pd.read_csv(standing)["source"].unique()) == [str(tmp_path / "one.csv"), str(tmp_path / "two.csv")]
 
 
+def test_an_unwritable_output_is_one_clear_line(tmp_path) -> None:
+    sources = two_groups(tmp_path)
+    done = subprocess.run([sys.executable, str(SCRIPT), *sources, "--write", str(tmp_path / "absent" / "s.csv")],
+                          capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error:") and "absent" in done.stderr
+
+
 def test_a_table_without_groups_is_one_clear_line(tmp_path) -> None:
     pd.DataFrame({"schedule": ["a"]}).to_csv(tmp_path / "odd.csv", index=False)
     done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "odd.csv")], capture_output=True, text=True)
