@@ -9,7 +9,7 @@ that every group is shown from the sweep that measured it last; a file named wit
 all of its groups. ``--write`` keeps the gathered rows, each with the file it came from
 (``source``), as one CSV: bench/fidelity_standing.csv is that table for the README, so that its
 standing and figure are drawn again from the repository alone (run directories are not kept in
-it), and read back its rows keep their own sources. It prints per group the MAPE of
+it); read back, its rows keep their own sources. It prints per group the MAPE of
 the chosen calibration's predictions (default ``three``: the round's three calibration runs),
 the largest error and the schedule pairs whose rounds do not overlap that it orders as measured
 (bench/fidelity.py's `summarize`), and draws every case's error against its measured step time

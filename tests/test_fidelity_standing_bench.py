@@ -36,14 +36,17 @@ def assert_two_groups(out: str, tmp_path: Path) -> None:
     assert f"| y | {tmp_path / 'two.csv'} | 3 | 14.0% | -40.0% (c m=2) | 2/3 |" in out
 
 
+def standing(monkeypatch, capsys, *argv: str) -> str:
+    """What the script prints for `argv`, in this process; it must exit 0."""
+    monkeypatch.setattr(sys, "argv", ["fidelity_standing.py", *argv])
+    assert load_script(SCRIPT).main() == 0
+    return capsys.readouterr().out
+
+
 def test_each_group_from_its_own_file_in_closed_form(tmp_path, capsys, monkeypatch) -> None:
     """`two_groups`, each from its file; the same group in the first file is not taken."""
-    sources = two_groups(tmp_path)
-    bench = load_script(SCRIPT)
     figure = tmp_path / "standing.png"
-    monkeypatch.setattr(sys, "argv", ["fidelity_standing.py", *sources, "--figure", str(figure)])
-    assert bench.main() == 0
-    out = capsys.readouterr().out
+    out = standing(monkeypatch, capsys, *two_groups(tmp_path), "--figure", str(figure))
     assert_two_groups(out, tmp_path)
     assert "6 cases: mean absolute error 10.0%, 3 within 5%" in out  # +3%, +1% and -1%
     assert figure.stat().st_size > 0
@@ -63,18 +66,12 @@ def test_gather_keeps_only_the_named_groups(tmp_path) -> None:
 def test_a_written_standing_reads_back_with_its_sources(tmp_path, capsys, monkeypatch) -> None:
     """--write keeps the gathered rows with the file each came from; that table named alone (no
     groups: all of them) gives the same standing, each group still from its own sweep."""
-    sources = two_groups(tmp_path)
-    bench = load_script(SCRIPT)
-    standing = tmp_path / "standing.csv"
-    monkeypatch.setattr(sys, "argv", ["fidelity_standing.py", *sources, "--write", str(standing)])
-    assert bench.main() == 0
-    first = capsys.readouterr().out
-    monkeypatch.setattr(sys, "argv", ["fidelity_standing.py", str(standing)])
-    assert bench.main() == 0
-    again = capsys.readouterr().out
+    table = tmp_path / "standing.csv"
+    first = standing(monkeypatch, capsys, *two_groups(tmp_path), "--write", str(table))
+    again = standing(monkeypatch, capsys, str(table))
     assert_two_groups(again, tmp_path)
-    assert again == first.replace(f"wrote {standing}\n", "")
-    assert list(pd.read_csv(standing)["source"].unique()) == [str(tmp_path / "one.csv"), str(tmp_path / "two.csv")]
+    assert again == first.replace(f"wrote {table}\n", "")
+    assert list(pd.read_csv(table)["source"].unique()) == [str(tmp_path / "one.csv"), str(tmp_path / "two.csv")]
 
 
 def test_an_unwritable_output_is_one_clear_line(tmp_path) -> None:
