@@ -17,7 +17,7 @@ alignment and no law of shared cores assumed. This prints:
   same pooled medians (where ranks share cores, other ranks run in a waiting rank's gap and
   evict its caches).
 
-The README's "Sweep 18" quotes it for mlp 8 rows at p=4 against p=2.
+bench/fidelity_sweeps.md's "Sweep 18" quotes it for mlp 8 rows at p=4 against p=2.
 """
 
 from __future__ import annotations
