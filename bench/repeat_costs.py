@@ -9,10 +9,15 @@ calibration's runs cannot tell the discount, as three runs at m = 2p cannot; a G
 This prints, per run, kind and stage, the
 in-run mean duration of the actions at place 2 or later (the third action of its stage and kind
 in the step on, so that the first actions' own factors stay out) by **run length**: 1 (the
-action switches), 2 (the second in a row) and 3 or more, each beside what the calibration of the
-run itself charges for it (`sim calibrate`'s fit: the stage's cost times the repeat factor at
-the action's run length, plus the switch for run length 1). A 1F1B, ZB-H1 or interleaved run at m = 2p has runs of length 1 and 2 only; a GPipe run
-has long ones. README's "Repeated actions" quotes these numbers.
+action switches: ``1 kind`` where the rank's previous compute action was of its own stage and
+another kind, ``1 stage`` where it was of another stage, schedules.analysis.stage_switches), 2
+(the second in a row) and 3 or more, each beside what the calibration of the run itself charges
+for it (`sim calibrate`'s fit: the stage's cost, a split forward's where the run splits its
+backward, times the repeat factor at the action's run length, plus the switch for run length
+1; the model charges both kinds of switch alike). A 1F1B, ZB-H1 or interleaved run at m = 2p has
+runs of length 1 and 2 only; a GPipe run has long ones; a rank holding two stages (interleaved,
+the V-shapes) switches stage. README's "Repeated actions" and "Found at small microbatches, not
+modelled" quote these numbers.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pandas as pd  # noqa: E402
 
-from schedules.analysis import places, run_lengths  # noqa: E402
+from schedules.analysis import places, run_lengths, split_forwards, stage_switches  # noqa: E402
 from schedules.errors import ScheduleError  # noqa: E402
 from sim.calibration import Calibration, calibrate, calibrate_runs, compute_frame  # noqa: E402
 from sim.costs import CostError, repeat_factor  # noqa: E402
@@ -41,25 +46,30 @@ def repeat_table(path: str, calibration: Calibration | None) -> pd.DataFrame:
     calibration = calibration or calibrate(run)
     costs = calibration.for_run(run).for_schedule(run.program.schedule)
     per_kind = {"F": costs.forward, "B": costs.backward, "I": costs.input, "W": costs.weight}
+    split = [split_forwards(s) for s in run.program.streams]  # priced at costs.forward_split
     frame = compute_frame(run, calibration.idle_share)  # on a core of its own under the model's share
     position = run.timeline.groupby(["step", "rank"]).cumcount().loc[frame.index].to_numpy()
     ranks = frame["rank"].to_numpy()
     lengths = [run_lengths(s) for s in run.program.streams]
     raw_places = [places(s) for s in run.program.streams]
     exact = [lengths[r][i] for r, i in zip(ranks, position)]
-    frame["length"] = [min(k, 3) for k in exact]
+    other_stage = [stage_switches(s) for s in run.program.streams]
+    frame["length"] = [("1 stage" if other_stage[r][i] else "1 kind") if k == 1 else "2" if k == 2 else "3+"
+                       for r, i, k in zip(ranks, position, exact)]
+    splits = [split[r][i] for r, i in zip(ranks, position)]
     discount = {"F": costs.repeat_discount_forward}
     # ns; the simulated action holds the loop's dispatch gap, which the measured row leaves out
     frame["modelled"] = [
-        (per_kind[kind][stage] * repeat_factor(discount.get(kind, costs.repeat_discount_backward), k)
+        ((costs.forward_split if s else per_kind[kind])[stage]
+         * repeat_factor(discount.get(kind, costs.repeat_discount_backward), k)
          + ((costs.switch_forward if kind == "F" else costs.switch_backward) if k == 1 else 0)) / 1e9
-        for kind, stage, k in zip(frame["kind"], frame["stage"], exact)]
+        for kind, stage, k, s in zip(frame["kind"], frame["stage"], exact, splits)]
     frame = frame[[raw_places[r][i] >= FIRST_LATER_PLACE for r, i in zip(ranks, position)]]
     dispatch = calibration.dispatch_overhead
     rows = []
     for (kind, stage, length), cell in frame.groupby(["kind", "stage", "length"]):
         rows.append({"run": Path(path).name, "kind": kind, "stage": int(stage),
-                     "length": "3+" if length == 3 else str(length), "actions": len(cell),
+                     "length": length, "actions": len(cell),
                      "measured_us": 1e6 * float(cell["duration"].mean()),
                      "modelled_us": 1e6 * (float(cell["modelled"].mean()) - dispatch)})
     return pd.DataFrame(rows)

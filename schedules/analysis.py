@@ -74,6 +74,23 @@ def switches(stream: Sequence[Action]) -> list[bool]:
     return flags
 
 
+def stage_switches(stream: Sequence[Action]) -> list[bool]:
+    """Per action of one rank's stream: whether it is a compute action whose rank's previous
+    compute action had another stage (the rank's first compute action has none: False). Of the
+    actions `switches` flags, these find another stage's weights in the caches, the others
+    (same stage, another kind) their own; bench/repeat_costs.py tells the two apart."""
+    flags: list[bool] = []
+    previous = None  # stage of the previous compute action
+    compute = frozenset(COMPUTE_KINDS)
+    for action in stream:
+        if action.kind in compute:
+            flags.append(previous is not None and action.stage != previous)
+            previous = action.stage
+        else:
+            flags.append(False)
+    return flags
+
+
 def run_lengths(stream: Sequence[Action]) -> list[int]:
     """Per action of one rank's stream: for a compute action, how many compute actions of its
     stage and kind the rank has run in a row up to and including it (1: it switches, as

@@ -15,7 +15,8 @@ import pytest
 
 import schedules
 import test_calibrate as synth
-from schedules.analysis import run_lengths
+from schedules import Action, Kind
+from schedules.analysis import run_lengths, stage_switches
 from test_calibrate import write_run
 
 from sim.calibration import calibrate_runs
@@ -41,6 +42,19 @@ def test_one_f_one_b_steady_state_switches_every_action():
     assert [n for a, n in zip(stream, run_lengths(stream)) if a.kind.is_compute] == [1] * 12
 
 
+def test_a_stage_switch_is_a_compute_action_after_another_stages():
+    # rank 0 of an interleaved-like stream: its stages 0 and 2, transfers between computes
+    stream = [Action(0, Kind.F, 0), Action(0, Kind.SEND_F, 0), Action(2, Kind.F, 0), Action(2, Kind.B, 0),
+              Action(2, Kind.RECV_B, 1), Action(0, Kind.B, 0), Action(0, Kind.W, 0), Action(2, Kind.W, 0)]
+    assert stage_switches(stream) == [False, False, True, False, False, True, False, True]
+
+
+def test_one_stage_per_rank_never_switches_stage():
+    for name in ("gpipe", "1f1b", "zb-h1"):
+        for stream in schedules.lower(schedules.build(name, ranks=3, microbatches=6)).streams:
+            assert not any(stage_switches(stream))
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("repeats")
@@ -59,7 +73,7 @@ def test_gpipe_repeats_cost_the_switch_less_and_match_a_1f1b_calibration(runs):
     steady = bench.repeat_table(str(runs / "1f1b"), None)
     for kind in ("F", "B"):
         for stage in (0, 1):
-            on = steady[(steady.kind == kind) & (steady.stage == stage) & (steady.length == "1")]["measured_us"]
+            on = steady[(steady.kind == kind) & (steady.stage == stage) & (steady.length == "1 kind")]["measured_us"]
             off = table[(table.kind == kind) & (table.stage == stage)]["measured_us"]
             assert float(on.iloc[0]) - float(off.iloc[0]) == pytest.approx(synth.SWITCH[kind] * 1e6, rel=1e-6)
 
@@ -92,3 +106,19 @@ def test_a_machine_whose_long_runs_get_cheaper_is_tabulated_exactly_once_a_gpipe
     assert table["measured_us"].to_numpy() == pytest.approx(table["modelled_us"].to_numpy(), rel=1e-6)
     alone = bench.repeat_table(str(tmp_path / "gpipe"), calibrate_runs([read_measured(tmp_path / "1f1b")]))
     assert (alone["measured_us"] < 0.95 * alone["modelled_us"]).all()
+
+
+
+@pytest.mark.parametrize("name, chunks", [("interleaved", 2), ("zbv", None), ("zb-h1", None)])
+def test_stage_and_kind_switches_and_split_forwards_are_tabulated_exactly(tmp_path, monkeypatch, name, chunks):
+    """A synthetic run calibrated on itself and a 1F1B run (which tells the backward's switch: a
+    ZB-H1 run alone, whose I and W nearly all switch, cannot): every cell, the stage switches of a
+    rank holding two stages and the split forwards of a zero-bubble run among them, costs what
+    the model charges."""
+    monkeypatch.setattr(synth, "SPLIT_FACTOR", 1.15)  # a split forward dearer than a plain one
+    write_run(tmp_path / name, name, 8, chunks=chunks, profile=True)
+    write_run(tmp_path / "1f1b", "1f1b", 8, profile=True)
+    calibration = calibrate_runs([read_measured(tmp_path / "1f1b"), read_measured(tmp_path / name)])
+    table = load_bench().repeat_table(str(tmp_path / name), calibration)
+    assert table["measured_us"].to_numpy() == pytest.approx(table["modelled_us"].to_numpy(), rel=1e-6)
+    assert ("1 stage" in set(table["length"])) == (name != "zb-h1")
