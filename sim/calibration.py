@@ -143,8 +143,8 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   the share under which each cell's actions, stage, kind, switch and place, come out most
   alike on a core of their own) hardly tells shares apart where actions are noisy (sweep 11's
   p=4 three-run calibrations: 0.65-1 by the cells, 0-0.2 by the step times, whose held-out MAPE
-  was 5.1 / 3.8 / 3.9% against 7.5 / 6.5 / 7.2%; bench/fidelity_sweeps.md, "Sweep 11", with sweep 12's replicate,
-  where mlp 8 rows came out 6.0% against 4.9%). Processor sharing among compute alone (0)
+  was 5.1 / 3.8 / 3.9% against 7.5 / 6.5 / 7.2%; bench/fidelity_sweeps.md, "Sweep 11", with
+  sweep 12's replicate, where mlp 8 rows came out 6.0% against 4.9%). Processor sharing among compute alone (0)
   holds for long actions and not for short ones (bench/processor_sharing.py).
 - **post_overhead**: rank time per receive posted before a rank's first action (sim.costs;
   with whole-step posting, every receive of its step): least squares of each rank's first

@@ -108,7 +108,6 @@ def test_a_machine_whose_long_runs_get_cheaper_is_tabulated_exactly_once_a_gpipe
     assert (alone["measured_us"] < 0.95 * alone["modelled_us"]).all()
 
 
-
 @pytest.mark.parametrize("name, chunks", [("interleaved", 2), ("zbv", None), ("zb-h1", None)])
 def test_stage_and_kind_switches_and_split_forwards_are_tabulated_exactly(tmp_path, monkeypatch, name, chunks):
     """A synthetic run calibrated on itself and a 1F1B run (which tells the backward's switch: a
