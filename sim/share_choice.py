@@ -26,8 +26,8 @@ right one, unimodal). On measured runs a single program discriminates more, thro
 spreads and cell means fitted under the share (sweep 11's p=4 1F1B runs: 2-5 points between
 the best and worst share), and choosing by it predicted held-out runs better at gpt 8 and mlp
 256 rows p=4 and about as well at mlp 8 rows (bench/fidelity_sweeps.md, "Sweep 11"), so a single
-program is chosen for too. The replay error is not unimodal in the share (a measured run: 0.7% at 0, 2.6% at 0.5, 1.2% at 1), so the whole grid is
-scanned at 0.1 before refining.
+program is chosen for too. The replay error is not unimodal in the share (a measured run: 0.7%
+at 0, 2.6% at 0.5, 1.2% at 1), so the whole grid is scanned at 0.1 before refining.
 """
 
 from __future__ import annotations
