@@ -244,12 +244,14 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from schedules import Program
 from schedules.analysis import places, run_lengths, split_forwards, switches
 from schedules.ir import COMPUTE_NAMES, RECV_NAMES, SEND_NAMES, SPLIT_FORWARD, Kind
 from schedules.posting import posted_before, posted_first
 from schedules.stages import ROLES, balanced_layers, role_of
 
 from .costs import HANDOVER_MEMORY, CostError, CostModel, growth_factor, processor_share, repeat_factor
+from .coverage import Coverage, Note, beyond, coverage_of
 from .measured import MeasuredRun
 from .share_choice import IDLE_SHARES, choose_share, replay_error
 from .transfers import (TransferRow, early_receive_times, transfer_fit, transfer_residuals, transfer_rows,
@@ -332,6 +334,8 @@ class Calibration:
     # (sim.costs.growth_factor, `fit_growth`)
     compute_growth: float = 0.0
     growth_horizon: float = 0.0
+    # what the runs held (sim.coverage.Coverage.to_dict; empty in a calibration written before it was kept)
+    coverage: Mapping[str, Any] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ prediction
     def for_stages(self, num_stages: int) -> CostModel:
@@ -428,6 +432,14 @@ class Calibration:
             spread_draws=SPREAD_DRAWS,
         )
 
+    def beyond(self, program: Program, stage_layers: Sequence[tuple[int, int]] | None = None) -> list[Note]:
+        """What `program` (its stages holding `stage_layers`, default the balanced cut) holds beyond
+        what the calibration's runs showed (sim.coverage)."""
+        n = program.schedule.num_stages
+        if stage_layers is None:
+            stage_layers = balanced_layers(self.num_layers, n) if self.num_layers >= n else ()
+        return beyond(Coverage.from_dict(self.coverage), program, [b - a for a, b in stage_layers])
+
     def for_run(self, run: MeasuredRun) -> CostModel:
         """The cost model of `run`'s program and layer ranges and data-parallel size (after `check_run`)."""
         self.check_run(run)
@@ -510,6 +522,12 @@ class Calibration:
                          f"{choice['cells_share']:.2f})")
         elif self.idle_share:
             lines.append(f"  ranks sharing cores: a rank not computing takes {self.idle_share:.2f} of a core")
+        held = Coverage.from_dict(self.coverage)
+        if held.known:  # what predictions beyond it are told about (sim.coverage)
+            repeats = ", ".join(f"{k} {n}" for k, n in sorted(held.longest_repeats.items()))
+            lines.append(f"  the runs held: p = {', '.join(map(str, held.ranks))}; stages of "
+                         f"{', '.join(map(str, held.stage_layers))} layers; longest runs of repeats {repeats}; "
+                         + ("switches between stages on a rank" if held.stage_switches else "one stage per rank"))
         for path, steps in self.diagnostics.get("far_out_steps", {}).items():
             if steps:
                 lines.append(f"  left out of every fit: {len(steps)} far-out step(s) of {path} (beyond Q3 + 3 IQR of its "
@@ -633,7 +651,8 @@ def calibrate_runs(runs: Sequence[MeasuredRun], idle_share: float | None = None)
         calibration = tried[chosen][1]
         noted["idle_share_choice"] = {"by": "step times", "share": chosen, "cells_share": fit_idle_share(*typical),
                                       "replay_error": {f"{s:.2f}": tried[s][0] for s in sorted(tried)}}
-    return replace(calibration, diagnostics={**calibration.diagnostics, **noted}) if noted else calibration
+    held = coverage_of([run.program for run in runs], [[b - a for a, b in run.stage_layers] for run in runs])
+    return replace(calibration, diagnostics={**calibration.diagnostics, **noted}, coverage=held.to_dict())
 
 
 def far_out_steps(run: MeasuredRun) -> list[int]:

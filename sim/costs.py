@@ -163,7 +163,7 @@ from typing import Any, Mapping, Protocol, Sequence, Union
 
 import numpy as np
 
-from schedules import Kind, Schedule, ScheduleError
+from schedules import Kind, Program, Schedule, ScheduleError
 from schedules.ir import COMPUTE_NAMES
 from schedules.io import read_json
 from schedules.posting import PostAhead
@@ -190,6 +190,10 @@ class CostSource(Protocol):
 
     def describe(self) -> str:
         """One line naming the costs, for figure titles."""
+
+    def beyond(self, program: Program) -> list:
+        """What `program` holds beyond what the costs were measured on (sim.coverage.Note each;
+        none for a cost model given as such)."""
 
 
 def _as_values(name: str, value: Any, allow_none: bool = False) -> Number | tuple[float, ...] | None:
@@ -455,6 +459,11 @@ class CostModel:
         each rank's stages, lists checked against the stages when simulated). A calibration
         answers the same question by cutting its model (sim.sources.CostSource)."""
         return self
+
+    def beyond(self, program: Program) -> list:
+        """Nothing: a cost model given as such says nothing of what it was measured on (a
+        calibration does, sim.coverage)."""
+        return []
 
     def compute_scaled(self, factor: float) -> "CostModel":
         """This model with every compute cost (F, split F, B, I, W and the switch costs) times `factor`:

@@ -19,6 +19,7 @@ from schedules.io import read_json
 
 from .calibration import Calibration, calibrate, is_calibration
 from .costs import DEFAULT_ACTIVATION_MEMORY, CostError, CostModel, CostSource
+from .coverage import Note
 from .measured import MeasuredRun
 
 # Used when neither a flag nor --costs gives a value: a transformer-like split, F = I = W = 1 s
@@ -127,12 +128,14 @@ def _bandwidth_used(model: CostModel, overrides: CostOverrides) -> CostModel:
 
 class RunCosts(NamedTuple):
     """What a measured run is simulated with (`costs_for_run`): the cost model, a phrase saying
-    where it came from, and the executor's loop gap per compute action its compute costs hold
-    (a calibration's ``dispatch_overhead``; 0 for a cost model given as such)."""
+    where it came from, the executor's loop gap per compute action its compute costs hold
+    (a calibration's ``dispatch_overhead``; 0 for a cost model given as such) and what the run
+    holds beyond the calibration's runs (sim.coverage; none for a cost model or a replay)."""
 
     costs: CostModel
     origin: str
     dispatch: float
+    beyond: tuple[Note, ...] = ()  # what the run holds beyond a calibration's runs
 
 
 def costs_for_run(path: str | Path | None, run: MeasuredRun) -> RunCosts:
@@ -148,7 +151,8 @@ def costs_for_run(path: str | Path | None, run: MeasuredRun) -> RunCosts:
     calibration = Calibration.from_dict(data, str(path))
     source = calibration.source
     origin = f"calibration {path} (from {source.get('schedule')} m={source.get('microbatches')}: {source.get('run')})"
-    return RunCosts(calibration.for_run(run), origin, calibration.dispatch_overhead)
+    return RunCosts(calibration.for_run(run), origin, calibration.dispatch_overhead,
+                    tuple(calibration.beyond(run.program, run.stage_layers)))
 
 
 def run_costs(path: str | Path | None, overrides: CostOverrides, run: MeasuredRun) -> CostModel:

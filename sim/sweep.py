@@ -108,10 +108,11 @@ def simulate_all(
     progress: Callable[[Iterable[Config]], Iterable[Config]] = lambda it: it,
     memory_limit: float | None = None,
 ) -> tuple[pd.DataFrame, list[tuple[Config, str]]]:
-    """Simulate every configuration; returns the table and the (config, reason) pairs skipped
-    (see `simulate_records`)."""
+    """Simulate every configuration; returns the table, the (config, reason) pairs skipped
+    (see `simulate_records`) and the lines that say what configurations hold beyond a
+    calibration's runs (`note_lines`, for `sim sweep`)."""
     records, skipped = simulate_records(configs, costs, progress, memory_limit)
-    return table(records), skipped
+    return table(records), skipped, note_lines(records, "sim sweep")
 
 
 def simulate_records(
@@ -132,8 +133,21 @@ def simulate_records(
         except (ScheduleError, CostError) as exc:
             skipped.append((config, str(exc)))
             continue
-        records.append(row(schedule, model))
+        records.append({**row(schedule, model), "beyond_calibration": [
+            {"topic": note.topic.value, "note": note.text} for note in costs.beyond(schedules.lower(schedule))]})
     return records, skipped
+
+
+def note_lines(records: Iterable[dict], command: str) -> list[str]:
+    """One line per topic of the records' notes (`simulate_records`' "beyond_calibration",
+    sim.coverage): how many configurations it was given to, with the first one's note."""
+    given: dict[str, list[tuple[str, str]]] = {}
+    for r in records:
+        config = f"{r['schedule']} (p={r['ranks']}, m={r['microbatches']}, v={r['chunks']})"
+        for entry in r["beyond_calibration"]:
+            given.setdefault(entry["topic"], []).append((config, entry["note"]))
+    return [f"{command}: beyond the calibration's runs ({topic}) for {len(found)} configuration(s), e.g. "
+            f"{found[0][0]} {found[0][1]}" for topic, found in given.items()]
 
 
 def simulate_each(names: Sequence[str], ranks: int, microbatches: int, chunks: int | None,

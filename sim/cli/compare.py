@@ -141,6 +141,8 @@ def handle(args: argparse.Namespace) -> int:
         return _fail("no schedule can run at these sizes: " + "; ".join(f"{c}: {r}" for c, r in skipped))
     for config, reason in skipped:
         print(f"sim compare: skipping {config}: {reason}", file=sys.stderr)
+    for line in sweep.note_lines(records, "sim compare"):
+        print(line, file=sys.stderr)
     if options.sort:
         records.sort(key=lambda r: r[SORT_KEYS[options.sort]])  # stable: ties keep registration order
     if options.json:
@@ -244,7 +246,7 @@ def compare_measured(options: CompareOptions) -> int:
         return _fail("--measured prints a table or, with --json, one JSON object (not --csv)")
     try:
         measured = read_measured(options.measured)
-        costs, origin, dispatch = costs_for_run(options.costs, measured)
+        costs, origin, dispatch, notes = costs_for_run(options.costs, measured)
         comparison, result = compare_run(measured, costs, dispatch)
         if options.overlay:
             from ..plot import plot_overlay
@@ -257,9 +259,12 @@ def compare_measured(options: CompareOptions) -> int:
     except OSError as exc:
         return _fail(f"cannot write {options.overlay}: {exc.strerror or exc}")
     if options.json:
-        print(json.dumps(comparison.to_dict(), indent=2))
+        print(json.dumps({**comparison.to_dict(), "beyond_calibration": [
+            {"topic": note.topic.value, "note": note.text} for note in notes]}, indent=2))
     else:
         print(comparison.report(origin))
+        for note in notes:
+            print(f"beyond the calibration's runs ({note.topic.value}): it {note.text}")
         if options.overlay:
             print(f"wrote {options.overlay}")
     return 0

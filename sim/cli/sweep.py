@@ -101,7 +101,7 @@ def handle(args: argparse.Namespace) -> int:
     try:
         costs = cost_source(options.costs, options.overrides)
         configs = sweep.combinations(chosen, options.ranks, options.microbatches, options.chunks)
-        frame, skipped = sweep.simulate_all(configs, costs, progress=progress, memory_limit=options.memory_limit)
+        frame, skipped, notes = sweep.simulate_all(configs, costs, progress=progress, memory_limit=options.memory_limit)
     except (ScheduleError, CostError) as exc:
         return _fail(str(exc))
     if skipped:
@@ -109,6 +109,8 @@ def handle(args: argparse.Namespace) -> int:
         print(f"sim sweep: skipped {len(skipped)} of {len(configs)} configurations (e.g. {examples})", file=sys.stderr)
     if frame.empty:
         return _fail("no configuration is legal")
+    for line in notes:
+        print(line, file=sys.stderr)
     try:
         if out is None:
             print(frame.to_csv(index=False), end="")
