@@ -82,6 +82,7 @@ from sim.comparison import compare_run  # noqa: E402
 from sim.quality import assess  # noqa: E402
 from sim.costs import CostError  # noqa: E402
 from sim.measured import read_measured  # noqa: E402
+from sim.metrics import step_spread  # noqa: E402
 
 # The models' flags (runtime.ModelSpec's fields but the batch size, which is rows x m).
 MODEL_SPECS = {
@@ -220,11 +221,6 @@ def others_share(run_dir: Path) -> float:
     return json.loads(path.read_text())["others_cpu_share"] if path.is_file() else float("nan")
 
 
-def spread(times) -> tuple[float, float, float]:
-    q1, mid, q3 = np.percentile(times, [25, 50, 75])
-    return float(q1), float(mid), float(q3)
-
-
 def predict(calibration, run) -> float:
     try:
         return simulate(run.program, calibration.for_run(run)).step_time
@@ -233,15 +229,16 @@ def predict(calibration, run) -> float:
         return float("nan")
 
 
-def predict_at_level(calibration, run) -> tuple[float, float, float]:
+def predict_at_level(calibration, run) -> tuple[float, float, float, float]:
     """(step time predicted, the run's compute level against the calibration's costs, step time
-    predicted with the costs at that level): `sim.comparison.compare_run`."""
+    predicted with the costs at that level, the step-time spread over the prediction's draws):
+    `sim.comparison.compare_run`."""
     try:
         c, _ = compare_run(run, calibration.for_run(run), calibration.dispatch_overhead)
     except CostError as exc:
         print(f"  cannot predict {run.path}: {exc}", file=sys.stderr)
-        return float("nan"), float("nan"), float("nan")
-    return c.step_time_simulated, c.compute_level, c.step_time_at_run_level
+        return float("nan"), float("nan"), float("nan"), float("nan")
+    return c.step_time_simulated, c.compute_level, c.step_time_at_run_level, c.step_time_spread_simulated
 
 
 def main() -> int:
@@ -330,7 +327,7 @@ def main() -> int:
         for (schedule, m), runs in measured.items():
             medians = [float(np.median(r.step_times)) for r in runs]
             mid = float(np.median(medians))
-            spreads = [(q3 - q1) / q2 for q1, q2, q3 in (spread(r.step_times) for r in runs)]
+            spreads = [step_spread(r.step_times) for r in runs]
             row = {"group": name, "model": model, "rows": rows, "p": p, "schedule": schedule, "m": m,
                    "measured_ms": mid * 1e3, "q1_ms": min(medians) * 1e3, "q3_ms": max(medians) * 1e3,
                    "spread": float(np.median(spreads)), "rounds": len(runs),
@@ -342,10 +339,11 @@ def main() -> int:
                     row[f"pred_{label}_ms"], row[f"err_{label}"] = predicted * 1e3, predicted / mid - 1
                     continue
                 got = np.array([predict_at_level(c[label], r) for c, r in zip(rounds, runs)])
-                predicted, level, at_level = (float(np.median(got[:, j])) for j in range(3))
+                predicted, level, at_level, drawn = (float(np.median(got[:, j])) for j in range(4))
                 row[f"pred_{label}_ms"], row[f"err_{label}"] = predicted * 1e3, predicted / mid - 1
                 row[f"level_{label}"] = level
                 row[f"pred_{label}@level_ms"], row[f"err_{label}@level"] = at_level * 1e3, at_level / mid - 1
+                row[f"spread_{label}"] = drawn  # the runs' step-time spread as the prediction's draws give it
             if p == 4 and (model, rows) in p2_calibrations:
                 predicted = float(np.median([predict(c, r) for c, r in zip(p2_calibrations[(model, rows)], runs)]))
                 row["pred_p2_ms"], row["err_p2"] = predicted * 1e3, predicted / mid - 1
@@ -407,6 +405,8 @@ def summarize(table: pd.DataFrame) -> dict:
                                                   & (predicted <= g.loc[err.index, "q3_ms"])).sum()),
                             "cases": int(len(err))}
         entry["median_spread"] = float(g["spread"].median())
+        if "spread_three" in g:
+            entry["median_spread_three"] = float(g["spread_three"].median())
         out["groups"][name] = entry
     return out
 
@@ -454,10 +454,13 @@ def print_tables(table: pd.DataFrame, calib: pd.DataFrame, summary: dict) -> Non
     print("|---|---:|---:|---|---:|---:|---|---|")
     for name, entry in summary["groups"].items():
         for label, s in entry.items():
-            if label in ("median_spread", "noise_floor"):
+            if label in ("median_spread", "median_spread_three", "noise_floor"):
                 continue
             o = s["ordering"]
-            print(f"| {name} | {100 * entry['median_spread']:.0f}% | {100 * entry.get('noise_floor', math.nan):.1f}% | {label} | {100 * s['mape']:.1f}% | "
+            drawn = entry.get("median_spread_three")
+            print(f"| {name} | {100 * entry['median_spread']:.0f}%"
+                  + (f" (three's draws {100 * drawn:.0f}%)" if drawn is not None else "") + " |"
+                  f" {100 * entry.get('noise_floor', math.nan):.1f}% | {label} | {100 * s['mape']:.1f}% | "
                   f"{s['inside_rounds']}/{s['cases']} | {100 * s['largest']:+.1f}% ({s['largest_case']}) | {o['agreed']}/{o['pairs']}"
                   + (f" (missed {', '.join(o['missed'])})" if o["missed"] else "") + " |")
 

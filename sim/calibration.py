@@ -864,6 +864,8 @@ def quality_lines(quality: Mapping[str, Any]) -> list[str]:
                         f"{100 * entry['step_time_interval'][1]:+.1f}%)" if entry.get("step_time_interval") else "")
                      + "; step-time spread (IQR / median) "
                      f"{100 * entry['step_time_spread']:.1f}%"
+                     + (f" (simulated {100 * entry['step_time_spread_simulated']:.1f}%)"
+                        if entry.get("step_time_spread_simulated") else "")
                      + (f"; compute at x{entry['compute_level']:.3f} of the fitted costs" if entry.get("compute_level") is not None
                         else "")
                      + ("; peak activation bytes exact on every rank" if entry.get("peak_activation_bytes_simulated")

@@ -13,6 +13,9 @@ Measured numbers are medians over the run's measured steps; the simulation is on
 - ``bubble_ratio``: idle compute time / (p x makespan), as schedules.timeline defines it.
 - ``step_time_spread``: the run's measured step times, interquartile range over the median
   (an error within it may be the machine's noise rather than the model's miss).
+- ``step_time_spread_simulated``: the same over the step times of the simulator's draws of
+  the cost model's spread (sim.result.SimResult.step_time_spread; 0 without a spread): how much
+  the calibrated machine's steps should vary for this program.
 - ``step_time_interval``: a 95% interval of the measured median (`median_interval`,
   relative to it): an error inside it cannot be told from the run's own noise by its steps.
 - ``peak_activation_bytes``: per rank; measured by the executor's saved-tensor meter
@@ -42,6 +45,7 @@ from .calibration import compute_frame
 from .costs import CostModel
 from .engine import compute_seconds, simulate
 from .measured import MeasuredRun
+from .metrics import step_spread
 from .result import SimResult
 
 
@@ -67,6 +71,7 @@ class Comparison:
     peak_activation_bytes_simulated: list[int]
     step_time_spread: float = 0.0
     step_time_interval: tuple[float, float] = (0.0, 0.0)
+    step_time_spread_simulated: float = 0.0
     compute_measured: float = 0.0
     compute_simulated: float = 0.0
     compute_level: float = float("nan")
@@ -91,6 +96,8 @@ class Comparison:
             f"{100 * self.step_time_error:>+9.1f}%   (measured spread, IQR / median: "
             f"{100 * self.step_time_spread:.1f}%; the median's 95% interval {100 * self.step_time_interval[0]:+.1f}% "
             f"to {100 * self.step_time_interval[1]:+.1f}%)",
+            f"{'step-time spread':24}{100 * self.step_time_spread:>13.1f}%{100 * self.step_time_spread_simulated:>13.1f}%"
+            "   (IQR / median; simulated: over the spread's draws, none without one)",
             f"{'makespan (median)':24}{ms(self.makespan_measured):>14}{ms(self.makespan_simulated):>14}"
             f"{100 * self.makespan_error:>+9.1f}%",
             f"{'bubble ratio':24}{100 * self.bubble_ratio_measured:>13.1f}%{100 * self.bubble_ratio_simulated:>13.1f}%",
@@ -137,6 +144,7 @@ def compare_run(run: MeasuredRun, costs: CostModel, dispatch: float = 0.0) -> tu
         peak_activation_bytes_simulated=result.peak_activation_bytes,
         step_time_spread=step_spread(run.step_times),
         step_time_interval=median_interval(run.step_times),
+        step_time_spread_simulated=result.step_time_spread,
         compute_measured=compute.measured,
         compute_simulated=compute.simulated,
         compute_level=level,
@@ -175,14 +183,6 @@ def measured_compute(run: MeasuredRun, dispatch: float = 0.0, idle: float | None
     if not len(frame):
         return 0.0
     return float((frame["duration"] + dispatch).groupby(frame["step"]).sum().mean())
-
-
-def step_spread(times: list[float]) -> float:
-    """Interquartile range of step times over their median (0 without steps)."""
-    if not times:
-        return 0.0
-    q1, mid, q3 = np.percentile(times, [25, 50, 75])
-    return float((q3 - q1) / mid) if mid else 0.0
 
 
 MEDIAN_CONFIDENCE = 0.95

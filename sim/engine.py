@@ -113,15 +113,16 @@ def simulate(schedule_or_program: Schedule | Program, costs: CostModel) -> SimRe
         raise TypeError(f"simulate() takes a Schedule or a Program, not {type(schedule_or_program).__name__}")
     resolved = costs.for_schedule(program.schedule)
     compiled = compile_program(program, resolved)
+    drawn: tuple[int, ...] = ()
     if resolved.drawn:
-        records, overhead = median_draw(compiled, resolved)
+        records, overhead, drawn = median_draw(compiled, resolved)
     else:
         records = replay(compiled, resolved.contention, resolved.send_overhead, resolved.recv_overhead,
                          resolved.cores, resolved.transfer_load, resolved.idle_share, resolved.growth,
                          resolved.growth_horizon)
         overhead = resolved.step_overhead
     _check_finished(program, records)
-    return SimResult.from_records(program, costs, resolved, records, overhead)
+    return SimResult.from_records(program, costs, resolved, records, overhead, drawn)
 
 
 def compute_seconds(program: Program, costs: CostModel) -> float:
@@ -265,10 +266,11 @@ def draw_overheads(costs: ResolvedCosts) -> list[int]:
             for row in spread_factors(costs.overhead_spread, costs.draws, 0, 1, "overhead")]
 
 
-def median_draw(compiled: Compiled, costs: ResolvedCosts) -> tuple[list[RankRecord], int]:
+def median_draw(compiled: Compiled, costs: ResolvedCosts) -> tuple[list[RankRecord], int, tuple[int, ...]]:
     """Replay every draw of the spread; the records and step overhead of the draw whose
     makespan plus step overhead is the median (lower median, ties by draw number), replayed
-    again rather than kept: only its step time is held for each draw."""
+    again rather than kept: only its step time is held for each draw; and every draw's step
+    time (ns, ascending)."""
     tables = spread_tables(compiled, costs)
     overheads = draw_overheads(costs)
 
@@ -279,7 +281,7 @@ def median_draw(compiled: Compiled, costs: ResolvedCosts) -> tuple[list[RankReco
 
     steps = sorted((makespan_ns(run(draw)) + overheads[draw], draw) for draw in range(costs.draws))
     chosen = steps[(len(steps) - 1) // 2][1]
-    return run(chosen), overheads[chosen]
+    return run(chosen), overheads[chosen], tuple(step for step, _ in steps)
 
 
 def makespan_ns(records: list[RankRecord]) -> int:

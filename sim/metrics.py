@@ -1,4 +1,5 @@
-"""What a timeline table says about its steps: which step to show, and a step's sizes and headline numbers.
+"""What a timeline table says about its steps: which step to show, a step's sizes and headline
+numbers, and how much step times spread.
 
 Works on any table in the `schedules.timeline` schema, simulated (one step, 0) or
 measured (steps 0..n-1). The metrics themselves (makespan, bubble ratios) are defined
@@ -9,7 +10,9 @@ a table is one (`check_timeline`); this module picks a step and reads it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
+import numpy as np
 import pandas as pd
 
 from schedules import ScheduleError
@@ -69,3 +72,12 @@ def step_summary(step_timeline: pd.DataFrame, ranks: int | None = None) -> StepS
         bubble_ratio=float(metrics.bubble_ratio),
         bubble_ratio_rank_span=float(metrics.bubble_ratio_rank_span),
     )
+
+
+def step_spread(times: Sequence[float]) -> float:
+    """Interquartile range of step times over their median (0 without steps): how much a run's
+    steps vary, measured or drawn by the simulator (sim.result.SimResult.step_time_spread)."""
+    if not len(times):
+        return 0.0
+    q1, mid, q3 = np.percentile(times, [25, 50, 75])
+    return float((q3 - q1) / mid) if mid else 0.0

@@ -29,9 +29,10 @@ def assess(calibration: Calibration, runs: Sequence[MeasuredRun]) -> Calibration
 
 def quality_of(calibration: Calibration, runs: Sequence[MeasuredRun]) -> dict[str, Any]:
     """Per run: measured and simulated median step time, self-replay error, step-time spread
-    (IQR / median), the measured median's 95% interval (`sim.comparison.median_interval`,
-    relative), compute level (its compute over the calibration's, `sim.comparison`) and peak
-    activation bytes per rank, measured and simulated (a warning if they differ at all); and
+    (IQR / median; measured, and over the simulator's draws), the measured median's 95%
+    interval (`sim.comparison.median_interval`, relative), compute level (its compute over the
+    calibration's, `sim.comparison`) and peak activation bytes per rank, measured and simulated
+    (a warning if they differ at all); and
     warnings for those beyond QUALITY_LIMIT (an error beyond it says whether it lies beyond the
     interval too: then more steps would not remove it), and for levels further apart than it
     (sim.calibration's module docstring)."""
@@ -47,6 +48,7 @@ def quality_of(calibration: Calibration, runs: Sequence[MeasuredRun]) -> dict[st
             "step_time_measured": measured, "step_time_simulated": simulated,
             "self_replay_error": (simulated - measured) / measured if measured else 0.0,
             "step_time_spread": step_spread(times),
+            "step_time_spread_simulated": result.step_time_spread,
             "step_time_interval": list(median_interval(times)),
             "compute_level": compute_level(run, costs, calibration.dispatch_overhead).level,  # NaN: no compute
             "peak_activation_bytes_measured": [int(b) for b in run.summary["peak_activation_bytes"]],

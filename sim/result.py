@@ -40,6 +40,7 @@ from schedules import timeline as schema
 from schedules.timeline import memory_frame, timeline_frame
 
 from .costs import NS_PER_S, CostModel, ResolvedCosts
+from .metrics import step_spread
 
 
 @dataclass
@@ -73,14 +74,17 @@ class SimResult:
     span_ns: tuple[tuple[int, int], ...]  # per rank: (first compute start, last compute end)
     peak_bytes: tuple[int, ...]
     overhead_ns: int = 0  # what the step takes beyond the makespan (the drawn one with a spread)
+    # with a spread: every draw's step time, ascending (the result is the median draw's); () without
+    draw_step_times_ns: tuple[int, ...] = ()
 
     @classmethod
     def from_records(
         cls, program: Program, costs: CostModel, resolved: ResolvedCosts, records: list[RankRecord],
-        overhead_ns: int | None = None,
+        overhead_ns: int | None = None, draw_step_times_ns: tuple[int, ...] = (),
     ) -> "SimResult":
         """Derive the metrics from the engine's per-rank records; `overhead_ns`: the step
-        overhead of the replayed draw (default the cost model's ``step_overhead``)."""
+        overhead of the replayed draw (default the cost model's ``step_overhead``);
+        `draw_step_times_ns`: every draw's step time where the costs have a spread."""
         return cls(
             program=program,
             costs=costs,
@@ -92,6 +96,7 @@ class SimResult:
             span_ns=tuple((max(r.first, 0), r.last) for r in records),
             peak_bytes=tuple(r.peak for r in records),
             overhead_ns=resolved.step_overhead if overhead_ns is None else overhead_ns,
+            draw_step_times_ns=tuple(draw_step_times_ns),
         )
 
     @cached_property
@@ -121,6 +126,13 @@ class SimResult:
         """Predicted step time, seconds: the makespan plus the step overhead (the cost model's
         ``step_overhead``, times the replayed draw's factor with a ``step_overhead_spread``)."""
         return (self.makespan_ns + self.overhead_ns) / NS_PER_S
+
+    @property
+    def step_time_spread(self) -> float:
+        """How much the step times of the spread's draws vary: interquartile range over median, as
+        a measured run's (sim.metrics.step_spread); 0 without a spread. What a run of this program
+        on the calibrated machine would show if its steps varied as the calibration's runs did."""
+        return step_spread(self.draw_step_times_ns)
 
     @property
     def busy(self) -> list[float]:
@@ -206,6 +218,7 @@ class SimResult:
             "chunks": schedule.chunks,
             "makespan": self.makespan,
             "step_time": self.step_time,
+            "step_time_spread": self.step_time_spread,
             "time_per_microbatch": self.time_per_microbatch,
             "bubble_ratio": self.bubble_ratio,
             "bubble_ratio_rank_span": self.bubble_ratio_rank_span,
