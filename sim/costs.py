@@ -168,6 +168,7 @@ from schedules.ir import COMPUTE_NAMES
 from schedules.io import read_json
 from schedules.posting import PostAhead
 
+from .coverage import Note
 from .handover import Handover, handovers
 
 Number = Union[int, float]
@@ -191,9 +192,9 @@ class CostSource(Protocol):
     def describe(self) -> str:
         """One line naming the costs, for figure titles."""
 
-    def beyond(self, program: Program) -> list:
-        """What `program` holds beyond what the costs were measured on (sim.coverage.Note each;
-        none for a cost model given as such)."""
+    def beyond(self, program: Program) -> list[Note]:
+        """What `program` holds beyond what the costs were measured on (none for a cost model
+        given as such)."""
 
 
 def _as_values(name: str, value: Any, allow_none: bool = False) -> Number | tuple[float, ...] | None:
@@ -460,7 +461,7 @@ class CostModel:
         answers the same question by cutting its model (sim.sources.CostSource)."""
         return self
 
-    def beyond(self, program: Program) -> list:
+    def beyond(self, program: Program) -> list[Note]:
         """Nothing: a cost model given as such says nothing of what it was measured on (a
         calibration does, sim.coverage)."""
         return []

@@ -107,7 +107,7 @@ def simulate_all(
     costs: CostSource,
     progress: Callable[[Iterable[Config]], Iterable[Config]] = lambda it: it,
     memory_limit: float | None = None,
-) -> tuple[pd.DataFrame, list[tuple[Config, str]]]:
+) -> tuple[pd.DataFrame, list[tuple[Config, str]], list[str]]:
     """Simulate every configuration; returns the table, the (config, reason) pairs skipped
     (see `simulate_records`) and the lines that say what configurations hold beyond a
     calibration's runs (`note_lines`, for `sim sweep`)."""
@@ -121,9 +121,10 @@ def simulate_records(
     progress: Callable[[Iterable[Config]], Iterable[Config]] = lambda it: it,
     memory_limit: float | None = None,
 ) -> tuple[list[dict], list[tuple[Config, str]]]:
-    """Simulate every configuration; returns one `row` each and the (config, reason) pairs
-    skipped because the schedule cannot run at those sizes, or because a calibration cannot cut
-    its model into that many stages. A cost model that does not fit a schedule (CostError) is
+    """Simulate every configuration; returns one `row` each, with what its program holds beyond
+    a calibration's runs ("beyond_calibration": topic and note each, sim.coverage; none for a
+    cost model), and the (config, reason) pairs skipped because the schedule cannot run at those
+    sizes, or because a calibration cannot cut its model into that many stages. A cost model that does not fit a schedule (CostError) is
     not skipped: it propagates. `memory_limit` caps zb-auto (see build)."""
     records, skipped = [], []
     for config in progress(configs):
