@@ -77,13 +77,17 @@ def build(config: Config, costs: CostSource | None = None, memory_limit: float |
     return schedules.build(config.schedule, ranks=config.ranks, microbatches=config.microbatches, chunks=config.chunks)
 
 
-def row(schedule: Schedule, costs: CostModel) -> dict:
+def row(schedule: Schedule, costs: CostModel, source: CostSource | None = None) -> dict:
     """One table row: SimResult.summary() of one simulation of `schedule`, plus the number of
-    lowered actions and `peak_microbatches` (see `peak_microbatches`)."""
+    lowered actions, `peak_microbatches` (see `peak_microbatches`) and what the program holds
+    beyond the runs `source` (the calibration `costs` came from, default `costs` itself) was
+    measured on ("beyond_calibration": topic and note each, sim.coverage)."""
     result = simulate(schedule, costs)
     own = peak_microbatches(result)
+    notes = (source or costs).beyond(result.program)
     return {**result.summary(), "peak_microbatches": max(own), "peak_microbatches_per_rank": own,
-            "actions": result.program.num_actions}
+            "actions": result.program.num_actions,
+            "beyond_calibration": [{"topic": note.topic.value, "note": note.text} for note in notes]}
 
 
 def peak_microbatches(result: SimResult) -> list[float]:
@@ -121,9 +125,8 @@ def simulate_records(
     progress: Callable[[Iterable[Config]], Iterable[Config]] = lambda it: it,
     memory_limit: float | None = None,
 ) -> tuple[list[dict], list[tuple[Config, str]]]:
-    """Simulate every configuration; returns one `row` each, with what its program holds beyond
-    a calibration's runs ("beyond_calibration": topic and note each, sim.coverage; none for a
-    cost model), and the (config, reason) pairs skipped because the schedule cannot run at those
+    """Simulate every configuration; returns one `row` each (with what its program holds beyond
+    a calibration's runs; nothing for a cost model), and the (config, reason) pairs skipped because the schedule cannot run at those
     sizes, or because a calibration cannot cut its model into that many stages. A cost model that does not fit a schedule (CostError) is
     not skipped: it propagates. `memory_limit` caps zb-auto (see build)."""
     records, skipped = [], []
@@ -134,8 +137,7 @@ def simulate_records(
         except (ScheduleError, CostError) as exc:
             skipped.append((config, str(exc)))
             continue
-        records.append({**row(schedule, model), "beyond_calibration": [
-            {"topic": note.topic.value, "note": note.text} for note in costs.beyond(schedules.lower(schedule))]})
+        records.append(row(schedule, model, costs))
     return records, skipped
 
 
