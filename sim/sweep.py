@@ -126,9 +126,10 @@ def simulate_records(
     memory_limit: float | None = None,
 ) -> tuple[list[dict], list[tuple[Config, str]]]:
     """Simulate every configuration; returns one `row` each (with what its program holds beyond
-    a calibration's runs; nothing for a cost model), and the (config, reason) pairs skipped because the schedule cannot run at those
-    sizes, or because a calibration cannot cut its model into that many stages. A cost model that does not fit a schedule (CostError) is
-    not skipped: it propagates. `memory_limit` caps zb-auto (see build)."""
+    a calibration's runs; nothing for a cost model), and the (config, reason) pairs skipped
+    because the schedule cannot run at those sizes, or because a calibration cannot cut its model
+    into that many stages. A cost model that does not fit a schedule (CostError) is not skipped:
+    it propagates. `memory_limit` caps zb-auto (see build)."""
     records, skipped = [], []
     for config in progress(configs):
         try:
