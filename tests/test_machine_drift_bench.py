@@ -1,6 +1,7 @@
 """bench/machine_drift.py: window medians and the cross-round error on hand-made pieces whose
 answers are counted by hand, the bad-flag exit, and one tiny real run of both phases."""
 
+import math
 import re
 import subprocess
 import sys
@@ -55,5 +56,7 @@ def test_tiny_run_reports_both_phases():
     lines = done.stdout.splitlines()
     assert lines[0].startswith("one process:") and lines[2].startswith("two processes:")
     errors = [float(x) for x in re.findall(r"across rounds ([0-9.]+)%", done.stdout)]
-    assert len(errors) == 2 and all(0 <= e < 100 for e in errors)
+    # a measurement of the machine's noise, not a bound on it: on a loaded machine two processes'
+    # half-second windows differed by 108% across rounds (CI beside another suite)
+    assert len(errors) == 2 and all(e >= 0 and math.isfinite(e) for e in errors)
     assert "correlate" in lines[3] and "correlate" not in lines[1]
