@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .ir import COMPUTE_KINDS, Action, Kind
-from .schedule import Schedule
+from .schedule import Program, Schedule
 
 
 def in_flight(schedule: Schedule) -> list[list[int]]:
@@ -120,3 +120,19 @@ def split_forwards(stream: Sequence[Action]) -> list[bool]:
     (runtime.split), so the simulator prices it apart and the calibration measures it apart."""
     split = {(a.stage, a.microbatch) for a in stream if a.kind is Kind.I}
     return [a.kind is Kind.F and (a.stage, a.microbatch) in split for a in stream]
+
+
+def longest_repeats(program: Program) -> dict[str, int]:
+    """Per compute kind the program runs: its longest run of repeats on any rank."""
+    out: dict[str, int] = {}
+    for stream in program.streams:
+        for action, length in zip(stream, run_lengths(stream)):
+            if length:
+                kind = action.kind.value
+                out[kind] = max(out.get(kind, 0), length)
+    return out
+
+
+def switches_stage(program: Program) -> bool:
+    """Whether some rank of the program switches between stages."""
+    return any(any(stage_switches(stream)) for stream in program.streams)

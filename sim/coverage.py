@@ -4,10 +4,10 @@ A calibration fits each term from what its runs hold; a program that holds more 
 term the runs could not tell or on a law carried past them, and its prediction is to be
 trusted less. Four things are checked, each from the streams alone (no simulation):
 
-- **Runs of repeats.** What the k-th action of a run of its stage and kind saves
-  (sim.costs.repeat_factor) is told only by runs of three or more; at p=2 a 1F1B, ZB-H1 or
-  interleaved run at m=2p holds runs of two at most, and GPipe's phases then cost their
-  stage cost throughout: on the CPU executor at 2 rows per microbatch GPipe m=8's forwards
+- **Runs of repeats** (schedules.analysis.longest_repeats). What the k-th action of a run of its
+  stage and kind saves (sim.costs.repeat_factor) is told only by runs of three or more; at
+  p=2 a 1F1B, ZB-H1 or interleaved run at m=2p holds runs of two at most, and GPipe's phases
+  then cost their stage cost throughout: on the CPU executor at 2 rows per microbatch GPipe m=8's forwards
   ran 0.54x that and the three-run calibration predicted its step 12-15% long (sweep 23,
   bench/fidelity_sweeps.md). Runs longer than the calibration's are carried by the law, which
   from runs of 4 to runs of 8 saved more than the runs did (sweep 17).
@@ -29,7 +29,7 @@ from enum import Enum
 from typing import Any, Mapping, Sequence
 
 from schedules import Program
-from schedules.analysis import run_lengths, stage_switches
+from schedules.analysis import longest_repeats, switches_stage
 
 TOLD_REPEATS = 3  # the shortest run of repeats that tells the discount (sim.costs.repeat_factor starts there)
 
@@ -59,22 +59,6 @@ class Coverage:
     def known(self) -> bool:
         """Whether it records any run (a calibration written before coverage was kept does not)."""
         return bool(self.ranks)
-
-
-def longest_repeats(program: Program) -> dict[str, int]:
-    """Per compute kind the program runs: its longest run of repeats on any rank."""
-    out: dict[str, int] = {}
-    for stream in program.streams:
-        for action, length in zip(stream, run_lengths(stream)):
-            if length:
-                kind = action.kind.value
-                out[kind] = max(out.get(kind, 0), length)
-    return out
-
-
-def switches_stage(program: Program) -> bool:
-    """Whether some rank of the program switches between stages."""
-    return any(any(stage_switches(stream)) for stream in program.streams)
 
 
 def coverage_of(programs: Sequence[Program], stage_layers: Sequence[Sequence[int]]) -> Coverage:

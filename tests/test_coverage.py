@@ -17,7 +17,8 @@ import schedules
 from test_calibrate import run_cli, write_run
 
 from sim.calibration import Calibration, calibrate
-from sim.coverage import Coverage, Topic, beyond, coverage_of, longest_repeats, switches_stage
+from schedules.analysis import longest_repeats, switches_stage
+from sim.coverage import Coverage, Topic, beyond, coverage_of
 from sim.measured import read_measured
 
 
