@@ -42,3 +42,16 @@ def test_diagnose_refuses_a_missing_run_with_one_line(tmp_path, capsys):
     assert diagnose.main([str(tmp_path / "nope")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "does not exist" in err
+
+
+def test_an_unknown_group_is_refused_before_any_run(tmp_path):
+    """A misspelt --groups name used to select nothing and end with empty tables; now it is an
+    error naming it, before the output directory is made."""
+    import subprocess
+    import sys
+    out = tmp_path / "sweep"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--groups", "mlp-8-p2", "mlp-3-p2"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "unknown group(s) mlp-3-p2" in done.stderr and "mlp-2-p4" in done.stderr
+    assert not out.exists()
