@@ -65,21 +65,23 @@ def gather(sources: list[tuple[Path, list[str] | None]]) -> pd.DataFrame:
 
 def figure(table: pd.DataFrame, label: str, path: str) -> None:
     """Each case's error (predicted over measured, less 1) against its measured step time, a
-    colour and marker per group; the bar is the rounds' lowest to highest median seen from the
-    prediction, and the band the 5% target."""
+    colour and marker per group (hollow where p > 2: ranks sharing the cores); the bar is the
+    rounds' lowest to highest median seen from the prediction, and the band the 5% target."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    colours = plt.get_cmap("tab20").colors  # dark tones, then light ones: eleven groups stay apart
+    colours = plt.get_cmap("tab20").colors  # dark tones, then light ones: the fourteen groups stay apart
     for k, (name, g) in enumerate(table.groupby("group", sort=False)):
         predicted = g[f"pred_{label}_ms"]
         error = 100 * (predicted / g["measured_ms"] - 1)
         low, high = 100 * (predicted / g["q3_ms"] - 1), 100 * (predicted / g["q1_ms"] - 1)
+        hollow = "p" in g and int(g["p"].iloc[0]) > 2  # ranks sharing the two cores
         ax.errorbar(g["measured_ms"], error, yerr=[error - low, high - error], fmt="s" if name.startswith("gpt") else "o",
-                    ms=4, color=colours[(2 * k) % 20 + (k >= 10)], label=name, alpha=0.85, elinewidth=0.8)
+                    ms=4, color=colours[(2 * k) % 20 + (k >= 10)], label=name, alpha=0.85, elinewidth=0.8,
+                    mfc="white" if hollow else None)
     ax.axhspan(-5, 5, color="0.88", label="within 5%")
     ax.axhline(0, color="k", lw=0.8)
     ax.set(xscale="log", xlabel="measured step time, ms (median of the rounds)",
