@@ -1,6 +1,8 @@
 """bench/fidelity.py's summary of a sweep: MAPE, largest error, predictions inside the rounds'
 range and the ordering check, on a hand-made table whose answers are counted by hand."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -47,8 +49,6 @@ def test_diagnose_refuses_a_missing_run_with_one_line(tmp_path, capsys):
 def test_an_unknown_group_is_refused_before_any_run(tmp_path):
     """A misspelt --groups name used to select nothing and end with empty tables; now it is an
     error naming it, before the output directory is made."""
-    import subprocess
-    import sys
     out = tmp_path / "sweep"
     done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--groups", "mlp-8-p2", "mlp-3-p2"],
                           capture_output=True, text=True, timeout=120)
