@@ -270,9 +270,10 @@ def main() -> int:
     if args.rewarm is not None and args.rewarm < 0:
         parser.error(f"--rewarm must be 0 or more, got {args.rewarm}")
     rewarm = 1 if args.rewarm is None else args.rewarm
-    unknown = sorted(set(args.groups or ()) - {group_name(*g) for g in GROUPS})
+    known = [group_name(*g) for g in GROUPS]
+    unknown = sorted(set(args.groups or ()) - set(known))
     if unknown:
-        parser.error(f"unknown group(s) {', '.join(unknown)}; known: {', '.join(group_name(*g) for g in GROUPS)}")
+        parser.error(f"unknown group(s) {', '.join(unknown)}; known: {', '.join(known)}")
     root = Path(args.out)
     chosen = [g for g in GROUPS if args.groups is None or group_name(*g) in args.groups]
     rows_out, calib_out = [], []
