@@ -55,7 +55,7 @@ from schedules.posting import STEP, PostAhead, post_positions, posting_plan
 from schedules.stages import role_of
 
 from . import reference
-from .clock import clock_for
+from .clock import clock_for, host_clock_id
 from .comm import TRANSPORTS, Transport, check_boundary, decode_meta, encode_meta, reason
 from .data_parallel import GradReducer
 from .errors import ConfigError, PeerError
@@ -405,6 +405,7 @@ class _RankState:
         self.clock = clock_for(device)
         self.shapes: dict[int, tuple[torch.Size, torch.dtype]] = {}  # boundary s->s+1: shape of mb 0
         self.logs: list[_StepLog] = []
+        self.origins: list[int | None] = []  # each measured step's start on the host clock (runtime.clock)
         self.step_times: list[float] = []
         self.process_cpu: list[float] = []  # the process's CPU seconds (every thread) over each measured step's stream
         self.warmup_steps = 0
@@ -558,6 +559,7 @@ class _RankState:
         log.starts = [seconds(t) for t in log.starts]
         log.ends = [seconds(t) for t in log.ends]
         self.logs.append(log)
+        self.origins.append(self.clock.origin())
         self.step_times.append(wall)
         self.process_cpu.append(cpu / 1e9)
         self.peaks.append(self.meter.peak)
@@ -706,6 +708,8 @@ class _RankState:
             "cuda_memory": cuda_memory,
             "cpu": cpu,
             "process_cpu": self.process_cpu,
+            "origins": self.origins,
+            "clock_id": host_clock_id(),
             "step_times": self.step_times,
             "warmup_steps": self.warmup_steps,
             "peak_bytes": max(self.peaks),

@@ -3,7 +3,9 @@
 Measured rows follow schedules.timeline: a RECV runs from the rank reaching it to the
 data being there; a SEND from its posting to its delivery, i.e. the end of the matching
 RECV on the receiver (neither gloo nor NCCL lets the sender observe delivery without
-blocking), never before its own start. Memory rows give, per rank, the bytes saved for
+blocking), never before its own start. Where every rank read one host clock
+(runtime.clock) the rows are put on it, from the earliest rank's step start
+(``clocks: "host"`` in summary.json); else each rank's from its own (``clocks: "rank"``). Memory rows give, per rank, the bytes saved for
 backward at the step start and after every compute action; on GPU, cuda_memory.csv
 (same schema) gives torch.cuda.memory_allocated after every compute action.
 
@@ -75,8 +77,11 @@ def gather(plan, payloads: list[dict[str, Any]], backend: str, device: torch.dev
     timeline = timeline_frame(
         (*row[:7], row[8], row[9], row[7], "measured") for p in payloads for row in p["timeline"]
     )
-    set_delivery_times(timeline, program)
     memory = memory_frame((*row, "measured") for p in payloads for row in p["memory"])
+    offsets = host_clock_offsets(payloads)
+    if offsets is not None:
+        on_host_clock(timeline, memory, offsets)
+    set_delivery_times(timeline, program)
     cuda_rows = [(*row, "measured") for p in payloads for row in p["cuda_memory"]]
     cuda_memory = memory_frame(cuda_rows) if cuda_rows else None
     cpu = pd.DataFrame([row for p in payloads for row in p["cpu"]], columns=list(CPU_COLUMNS))
@@ -141,6 +146,7 @@ def gather(plan, payloads: list[dict[str, Any]], backend: str, device: torch.dev
         "local_world_size": host.local_world_size(plan.layout.size),
         "python": platform.python_version(),
         "timeout_seconds": plan.options.timeout,
+        "clocks": "rank" if offsets is None else "host",
         "clock_alignment": " ".join(CLOCK_DOC.split()),
     }
     passed = None
@@ -159,6 +165,30 @@ def parameter_bytes(model) -> dict[str, Any]:
 
     return {"prologue": size(model.prologue), "layers": [size(layer) for layer in model.layers],
             "epilogue": size(model.epilogue)}
+
+
+def host_clock_offsets(payloads: list[dict[str, Any]]) -> list[dict[int, float]] | None:
+    """Per measured step, per rank: seconds from the earliest rank's step start to the rank's,
+    on the host's monotonic clock (runtime.clock); None unless every payload's step starts were
+    read on one such clock (CPU ranks of one host)."""
+    clock = {p.get("clock_id") for p in payloads}
+    origins = [p.get("origins") or [] for p in payloads]
+    steps = {len(o) for o in origins}
+    if len(clock) != 1 or None in clock or len(steps) != 1 or any(t is None for o in origins for t in o):
+        return None
+    offsets = []
+    for step in range(steps.pop()):
+        first = min(o[step] for o in origins)
+        offsets.append({p["rank"]: (o[step] - first) / 1e9 for p, o in zip(payloads, origins)})
+    return offsets
+
+
+def on_host_clock(timeline, memory, offsets: list[dict[int, float]]) -> None:
+    """Move every rank's rows of each step by its offset (`host_clock_offsets`): one clock."""
+    for frame, columns in ((timeline, ["start", "end"]), (memory, ["time"])):
+        shift = [offsets[step][rank] for step, rank in zip(frame["step"], frame["rank"])]
+        for column in columns:
+            frame[column] = frame[column] + shift
 
 
 def set_delivery_times(timeline, program) -> None:

@@ -12,7 +12,7 @@ chunk       int64    index of that stage among its rank's stages (0..v-1)
 microbatch  int64    microbatch index (-1 for REDUCE_GRAD, which has none)
 kind        str      F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B or REDUCE_GRAD
 action      str      the action's text form, e.g. ``4F3`` or ``2SEND_B3``
-start       float64  seconds from the step's start (rank clocks aligned at the step start)
+start       float64  seconds from the step's start (measured: see ``clocks`` below)
 end         float64  seconds from the step's start
 peer        int64    the other rank of a SEND/RECV; -1 for compute actions
 source      str      "sim" or "measured"
@@ -22,6 +22,11 @@ For a SEND, [start, end] is the transfer on the wire (simulated) or the time fro
 posting the send to its completion (measured). For a RECV it is the time the rank
 waited for the data (from reaching the RECV until the data was there). For a REDUCE_GRAD
 (data parallelism) it is the stage's gradient all-reduce, from its launch to its end.
+
+Measured times are on one clock where the run's summary.json says ``clocks: "host"`` (CPU ranks
+of one host: from the earliest rank's step start, runtime.clock); with ``clocks: "rank"`` (GPU,
+several hosts, runs recorded before the field) each rank counts from its own step start, the
+ranks aligned at the step's barrier only.
 
 A memory table has one row per change of activation memory on a rank:
 step (int64), rank (int64), time (float64 seconds), bytes (int64, activation bytes

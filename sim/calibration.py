@@ -974,7 +974,8 @@ def full_speed(step: np.ndarray, start: np.ndarray, end: np.ndarray, cores: int,
                idle: float = 0.0) -> np.ndarray:
     """Per compute row (its step, start, end), the time it would have taken on a processor of
     its own: the integral over its span of sim.costs.processor_share(k(t), cores, ranks, idle),
-    k(t) the rows of its step running at t (rank clocks taken as aligned)."""
+    k(t) the rows of its step running at t (on the run's one clock where it has one, else
+    on rank clocks taken as aligned at the step start)."""
     out = np.zeros(len(start))
     for k_step in np.unique(step):
         here = step == k_step

@@ -132,6 +132,12 @@ class MeasuredRun:
         return [int(s["output_bytes_per_microbatch"]) for s in self.summary["stage_costs"][:-1]]
 
     @property
+    def one_clock(self) -> bool:
+        """Whether the ranks' times are on one clock (summary.json's ``clocks``, schedules.timeline);
+        else each rank's counts from its own step start."""
+        return self.summary.get("clocks") == "host"
+
+    @property
     def post_ahead(self) -> PostAhead:
         """When the executor posted each receive (runs from before the option: at its RECV)."""
         return PostAhead.parse(self.summary.get("post_ahead", 0))

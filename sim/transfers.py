@@ -7,7 +7,8 @@ a constant k it takes idle + load x k. On a CPU host a transfer's threads wait f
 ranks' compute holds: on the README's 4-ranks-on-2-cores runs transfers took 0.12-0.2 ms while
 no rank computed and 0.6-0.9 ms on average while two did.
 
-Rank clocks are aligned only at the step's barrier, and a transfer is timed by two of them
+Where the run's ranks are on one clock (`MeasuredRun.one_clock`: CPU ranks of one host) the
+transfers are read as they are. Elsewhere rank clocks are aligned only at the step's barrier, and a transfer is timed by two of them
 (its SEND's start on the sender's, its RECV's end on the receiver's). Per step, each rank's
 offset to rank 0's clock starts at the middle of the interval that causality allows for each
 pair of ranks (nothing arrives before it is sent), chained from rank 0. That middle assumes
@@ -88,18 +89,21 @@ class RunningCount:
 
 def transfer_rows(run: MeasuredRun, loads: bool = True) -> list[TransferRow]:
     """Per transfer of every step: when it was sent, its RECV's start and end, and (with
-    `loads`) the ranks that computed meanwhile, on one clock per step (module docstring: the
-    offsets start at causality's middle and are then fitted with the transfer law where it has
+    `loads`) the ranks that computed meanwhile, on one clock per step (the run's own where it
+    has one; else, module docstring, the offsets start at causality's middle and are then fitted with the transfer law where it has
     a load term). Without `loads` no transfer has pieces of load, so the law fitted to them is
     the mean transfer time and the clocks stay at causality's middle."""
     steps = step_transfers(run)
     if not loads:
         steps = [step._replace(rank=step.rank[:0], start=step.start[:0], end=step.end[:0]) for step in steps]
     ranks = run.program.schedule.ranks
-    offsets = [midpoint_offsets(ranks, step.found) for step in steps]
+    if run.one_clock:
+        offsets = [np.zeros(ranks)] * len(steps)
+    else:
+        offsets = [midpoint_offsets(ranks, step.found) for step in steps]
     rows = [t for step, o in zip(steps, offsets) for t in aligned(step, o)]
     fit = transfer_fit(rows)
-    if fit is None or fit[1] == 0.0:
+    if run.one_clock or fit is None or fit[1] == 0.0:
         return rows
     offsets = fitted_clocks(steps, offsets, fit)
     return [t for step, o in zip(steps, offsets) for t in aligned(step, o)]

@@ -105,7 +105,7 @@ def true_costs(num_stages: int) -> CostModel:
 
 def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profile: bool = False,
               profile_slowdown: float = 1.0, skew: tuple[float, ...] = (),
-              stalls: dict[int, float] | None = None, one_way: bool = False) -> float:
+              stalls: dict[int, float] | None = None, one_way: bool = False, clocks: str | None = None) -> float:
     """A synthetic run directory of `name` at p=2; returns its (true) step time.
 
     Its profile times both ways of running a stage (F, B; F_split, I, W), as the executor's
@@ -114,7 +114,8 @@ def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profil
     `profile_slowdown` multiplies the profile's stage-call times (the profile runs outside the
     steps, e.g. on a machine busy otherwise); `skew[k]` is added to rank 1's times in step k
     (its clock, started at its own barrier exit, is that much behind rank 0's); `stalls[k]`
-    multiplies every time of step k, its step time included (a machine that stalled then)."""
+    multiplies every time of step k, its step time included (a machine that stalled then);
+    `clocks` is summary.json's (schedules.timeline), left out by default as in runs from before it."""
     schedule = schedules.build(name, ranks=2, microbatches=m, chunks=chunks)
     program = schedules.lower(schedule)
     n = schedule.num_stages
@@ -165,6 +166,8 @@ def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profil
         "step_time_median": step_time,
         "peak_activation_bytes": result.peak_activation_bytes, "stage_costs": stage_costs, "post_ahead": POST_AHEAD,
     }
+    if clocks is not None:
+        summary["clocks"] = clocks
     if CORES is not None:  # a CPU run on one host records its cores
         summary.update({"device": "cpu", "cpu_cores": CORES, "local_world_size": 2})
     (path / "summary.json").write_text(json.dumps(summary))
@@ -341,6 +344,36 @@ def test_transfer_time_is_recovered_under_skewed_rank_clocks(tmp_path):
     assert c.p2p_bandwidth == pytest.approx(BANDWIDTH, rel=1e-9)
     # Gaps within a rank do not see another rank's clock.
     assert (c.dispatch_overhead, c.send_overhead, c.recv_overhead) == pytest.approx((DISPATCH, SEND, RECV), abs=1e-12)
+
+
+def test_a_run_on_one_clock_is_read_as_it_is(tmp_path, monkeypatch):
+    """Where the run says its ranks share one clock (``clocks: "host"``) no offset is estimated:
+    each transfer is its SEND's start and its RECV's start and end as written, and the law comes
+    back from them exactly; a rank that started late stays late (the skew is read as real time,
+    not taken out as a clock's error as on rank clocks)."""
+    monkeypatch.setitem(globals(), "LOAD", 600_000 * NS)
+    monkeypatch.setitem(globals(), "CORES", 1)
+    monkeypatch.setitem(globals(), "DISPATCH", 0.0)
+    write_run(tmp_path / "host", "1f1b", 8, profile=True, clocks="host")
+    run = read_measured(tmp_path / "host")
+    write_run(tmp_path / "rank", "1f1b", 8)
+    assert run.one_clock and not read_measured(tmp_path / "rank").one_clock
+    timeline = run.timeline
+    sends = timeline[timeline["kind"].str.startswith("SEND")]
+    recvs = timeline[timeline["kind"].str.startswith("RECV")]
+    rows = transfer_rows(run)
+    assert sorted(t.sent for t in rows) == sorted(sends["start"])
+    assert sorted(t.reached for t in rows) == sorted(recvs["start"])
+    assert sorted(t.received for t in rows) == sorted(recvs["end"])
+    c = calibrate(run)
+    assert c.p2p_latency == pytest.approx(LATENCY, rel=1e-6)
+    assert c.p2p_load_latency == pytest.approx(600_000 * NS, rel=1e-6)
+    skew = 2_000_000 * NS
+    write_run(tmp_path / "late", "1f1b", 8, profile=True, clocks="host", skew=(skew,))
+    # step 0's first (rank 0 -> 1) transfers, in step order: rank 1's RECVs end `skew` later
+    late = [t for t in transfer_rows(read_measured(tmp_path / "late")) if t.sender == 0][:8]
+    plain = [t for t in rows if t.sender == 0][:8]
+    assert [t.received - t.sent for t in late] == pytest.approx([t.received - t.sent + skew for t in plain], abs=1e-12)
 
 
 @pytest.mark.parametrize("name,chunks", [("1f1b", None), ("gpipe", None)])

@@ -85,7 +85,7 @@ def test_summary_agrees_with_its_tables_and_a_full_batch_run(run):
     # What the run directory promises (README "Running a schedule"), with this run's values.
     assert sorted(summary) == sorted([
         "backend", "batch_bytes", "batch_size", "bubble_ratio", "bubble_ratio_rank_span", "check", "chunks",
-        "clock_alignment", "cpu_cores", "device", "layout", "loss", "makespan_median", "microbatch_sizes", "microbatches",
+        "clock_alignment", "clocks", "cpu_cores", "device", "layout", "loss", "makespan_median", "microbatch_sizes", "microbatches",
         "local_world_size", "model", "parameter_bytes", "peak_activation_bytes", "peak_cuda_allocated_bytes", "placement",
         "post_ahead", "process_cpu_seconds", "python", "ranks", "schedule", "stage_costs", "stages", "step_time_median",
         "step_times",
