@@ -147,6 +147,8 @@ def gather(plan, payloads: list[dict[str, Any]], backend: str, device: torch.dev
         "python": platform.python_version(),
         "timeout_seconds": plan.options.timeout,
         "clocks": "rank" if offsets is None else "host",
+        # per measured step, each pipeline rank's step start on that clock (seconds)
+        "rank_step_starts": None if offsets is None else [[o[r] for r in sorted(o)] for o in offsets],
         "clock_alignment": " ".join(CLOCK_DOC.split()),
     }
     passed = None

@@ -148,19 +148,23 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   holds for long actions and not for short ones (bench/processor_sharing.py).
 - **post_overhead**: rank time per receive posted before a rank's first action (sim.costs;
   with whole-step posting, every receive of its step): least squares of each rank's first
-  row start in each step (its clock starts at the step's barrier) on the receives it posted
+  row start in each step on its own clock (from its exit from the step's barrier; on a run
+  with one clock, less the rank's step start there) on the receives it posted
   first (schedules.posting.posted_before), one slope and one intercept over all the runs
   calibrated together (`fit_post_overhead`). A run whose ranks all post as many (1F1B at
   p=2: m each) cannot tell the slope from the intercept; alone it fits 0, and the posting
   stays in step_overhead at that run's count. Sweep 9 (round 0 of each group, all its runs):
   26-35 us per receive at p=2, 37-50 us at p=4 (four ranks posting on two cores), the
   intercept 77-196 us.
-- **step_overhead**: measured step time (barrier to barrier, rank 0) minus the span of
-  the step's streams (earliest row start to latest row end, a compute row's end taken
-  `dispatch_overhead` later as the simulator's row includes that gap), mean over steps,
-  less the simulated lead (post_overhead times the fewest receives a rank posts first, the
-  time before the simulator's earliest row): the barriers, the optimizer and, before the
-  first action, what posting does not explain. **step_overhead_spread**: each step's over
+- **step_overhead**: measured step time (barrier to barrier, rank 0) minus what the
+  simulated makespan stands for (`step_spans`), mean over steps: on a run with one clock,
+  rank 0's step start to the latest row end (a compute row's end taken `dispatch_overhead`
+  later as the simulator's row includes that gap); on rank clocks the span of the step's
+  streams (earliest row start to latest row end, likewise) plus the simulated lead
+  (post_overhead times the fewest receives a rank posts first, the time before the
+  simulator's earliest row): the barriers, the optimizer and, before the first action, what
+  posting does not explain. Ranks that leave the barrier later or earlier than rank 0 are
+  not modelled (the simulator starts every rank at its posting). **step_overhead_spread**: each step's over
   that mean, as SPREAD_QUANTILES quantiles scaled to mean 1, drawn once per replay. The
   overhead has a right tail and hardly follows the span (correlation 0.09 over sweep 9's
   calibration runs), so the median step exceeds the median span plus the median overhead: by
@@ -906,8 +910,7 @@ def _fit_one(run: MeasuredRun, fits: TransferFits, idle: float, post: float = 0.
         compute, ratio = fit_compute(layers_profile["records"], stages, diagnostics, split)
         activation, weight_memory, handover = fit_memory(layers_profile["records"])
     latency, bandwidth, load = fit_p2p(run, transfers, law, diagnostics)
-    lead = post * min(first_posts(run), default=0)  # the simulator's earliest row starts this late
-    overheads = np.array(run.step_times) - np.array(stream_spans(run.timeline, dispatch)) - lead
+    overheads = np.array(run.step_times) - np.array(step_spans(run, dispatch, post))
     step_overhead = max(float(np.mean(overheads)), 0.0) if len(overheads) else 0.0
     boundaries = run.boundary_bytes
     parameter_bytes = run.summary.get("parameter_bytes")
@@ -1003,10 +1006,10 @@ def fit_post_overhead(*runs: MeasuredRun) -> float:
     for run in runs:
         posts = first_posts(run)
         first = run.timeline.groupby(["step", "rank"])["start"].min()
-        for (_, rank), start in first.items():
+        for (step, rank), start in first.items():
             if rank < len(posts):
                 counts.append(posts[rank])
-                starts.append(start)
+                starts.append(start - run.rank_start(step, rank))  # on the rank's own clock
     if len(set(counts)) < 2:
         return 0.0
     slope = float(np.polyfit(np.array(counts, dtype=float), np.array(starts), 1)[0])
@@ -1530,6 +1533,20 @@ def compute_frame(run: MeasuredRun, idle: float | None = None, growth: "Growth |
                                        cores, host_ranks(run), fit_idle_share(run) if idle is None else idle)
     frame["duration"] += dispatch
     return (growth or Growth()).at_step_start(frame, run)
+
+
+def step_spans(run: MeasuredRun, dispatch: float, post: float) -> list[float]:
+    """Per step, the part of its step time (rank 0's, from its barrier exit) that the simulated
+    makespan stands for. On one clock: from rank 0's step start to the latest row end. On rank
+    clocks, which cannot tell when rank 0 started against the others: the streams' span
+    (`stream_spans`) plus the simulated lead (`post` times the fewest receives a rank posts
+    first: the simulator's earliest row starts that late)."""
+    if run.one_clock:
+        ends = run.timeline["end"] + np.where(run.timeline["kind"].isin(COMPUTE_NAMES), dispatch, 0.0)
+        last = ends.groupby(run.timeline["step"]).max().sort_index()
+        return [float(end) - run.rank_start(int(step), 0) for step, end in last.items()]
+    lead = post * min(first_posts(run), default=0)
+    return [span + lead for span in stream_spans(run.timeline, dispatch)]
 
 
 def stream_spans(timeline: pd.DataFrame, dispatch: float) -> list[float]:

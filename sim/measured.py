@@ -137,6 +137,13 @@ class MeasuredRun:
         else each rank's counts from its own step start."""
         return self.summary.get("clocks") == "host"
 
+    def rank_start(self, step: int, rank: int) -> float:
+        """When `rank` began measured step `step` on the run's clock (summary.json's
+        ``rank_step_starts``, seconds from the step's earliest rank start); 0 where each rank
+        counts from its own step start."""
+        starts = self.summary.get("rank_step_starts") if self.one_clock else None
+        return float(starts[step][rank]) if starts else 0.0
+
     @property
     def post_ahead(self) -> PostAhead:
         """When the executor posted each receive (runs from before the option: at its RECV)."""

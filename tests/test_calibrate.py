@@ -105,7 +105,8 @@ def true_costs(num_stages: int) -> CostModel:
 
 def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profile: bool = False,
               profile_slowdown: float = 1.0, skew: tuple[float, ...] = (),
-              stalls: dict[int, float] | None = None, one_way: bool = False, clocks: str | None = None) -> float:
+              stalls: dict[int, float] | None = None, one_way: bool = False, clocks: str | None = None,
+              rank0_late: float = 0.0) -> float:
     """A synthetic run directory of `name` at p=2; returns its (true) step time.
 
     Its profile times both ways of running a stage (F, B; F_split, I, W), as the executor's
@@ -115,7 +116,10 @@ def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profil
     steps, e.g. on a machine busy otherwise); `skew[k]` is added to rank 1's times in step k
     (its clock, started at its own barrier exit, is that much behind rank 0's); `stalls[k]`
     multiplies every time of step k, its step time included (a machine that stalled then);
-    `clocks` is summary.json's (schedules.timeline), left out by default as in runs from before it."""
+    `clocks` is summary.json's (schedules.timeline), left out by default as in runs from before it;
+    `rank0_late` puts the ranks on one clock (``clocks: "host"``) with rank 0 leaving each step's
+    barrier that long after rank 1: every row is that much later but rank 1's first RECV, which
+    starts as before and waits that much longer; the step times (rank 0's) do not change."""
     schedule = schedules.build(name, ranks=2, microbatches=m, chunks=chunks)
     program = schedules.lower(schedule)
     n = schedule.num_stages
@@ -129,6 +133,13 @@ def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profil
     for k, offset in enumerate(skew):
         late = timeline[k]["rank"] == 1
         timeline[k].loc[late, ["start", "end"]] += offset
+    if rank0_late:
+        clocks = "host"
+        for rows in timeline:
+            first = rows.index[(rows["rank"] == 1)][0]
+            before = rows.at[first, "start"]
+            rows[["start", "end"]] += rank0_late
+            rows.at[first, "start"] = before
     stalls = stalls or {}
     for k, factor in stalls.items():
         timeline[k][["start", "end"]] *= factor
@@ -168,6 +179,7 @@ def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profil
     }
     if clocks is not None:
         summary["clocks"] = clocks
+        summary["rank_step_starts"] = [[rank0_late, 0.0]] * steps
     if CORES is not None:  # a CPU run on one host records its cores
         summary.update({"device": "cpu", "cpu_cores": CORES, "local_world_size": 2})
     (path / "summary.json").write_text(json.dumps(summary))
@@ -344,6 +356,22 @@ def test_transfer_time_is_recovered_under_skewed_rank_clocks(tmp_path):
     assert c.p2p_bandwidth == pytest.approx(BANDWIDTH, rel=1e-9)
     # Gaps within a rank do not see another rank's clock.
     assert (c.dispatch_overhead, c.send_overhead, c.recv_overhead) == pytest.approx((DISPATCH, SEND, RECV), abs=1e-12)
+
+
+def test_a_late_rank_0_is_timed_from_its_own_step_start(tmp_path):
+    """Rank 0's step time runs from its own barrier exit: where it left 300 us after rank 1
+    (one clock), the simulated makespan stands for the time from rank 0's start to the last
+    row's end, not from rank 1's earlier first row, so the step overhead, the posting cost and
+    the replay come out as for the run without the delay."""
+    truth = write_run(tmp_path / "late", "1f1b", 8, profile=True, rank0_late=300_000 * NS)
+    run = read_measured(tmp_path / "late")
+    assert run.one_clock and run.rank_start(2, 0) == 300_000 * NS and run.rank_start(2, 1) == 0.0
+    assert run.timeline.groupby("step")["start"].min().tolist() == [0.0] * 3  # rank 1's first RECV
+    c = calibrate(run)
+    assert c.step_overhead == pytest.approx(STEP, abs=1e-12)
+    assert c.post_overhead == 0.0
+    comparison, _ = compare_run(run, c.for_run(run))
+    assert comparison.step_time_simulated == pytest.approx(truth, rel=1e-9)
 
 
 def test_a_run_on_one_clock_is_read_as_it_is(tmp_path, monkeypatch):

@@ -71,7 +71,13 @@ def test_a_real_run_of_four_ranks_on_shared_cores_keeps_causality(tmp_path):
            "--batch-size", "32", "--steps", "8", "--warmup", "1", "--timeout", "60", "--out", str(out)]
     done = subprocess.run(cmd, env=rank_env(), capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads((out / "summary.json").read_text())["clocks"] == "host"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["clocks"] == "host"
+    # each rank's step start on the clock: the earliest at 0, and where its memory rows begin
+    starts = summary["rank_step_starts"]
+    assert len(starts) == 8 and all(len(s) == 4 and min(s) == 0.0 for s in starts)
+    memory = pd.read_csv(out / "memory.csv").groupby(["step", "rank"])["time"].min()
+    assert [memory[(k, r)] for k in range(8) for r in range(4)] == pytest.approx(sum(starts, []), abs=1e-9)
     timeline = pd.read_csv(out / "timeline.csv")
     key = ["step", "stage", "microbatch"]
     pairs = 0

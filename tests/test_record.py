@@ -87,7 +87,7 @@ def test_summary_agrees_with_its_tables_and_a_full_batch_run(run):
         "backend", "batch_bytes", "batch_size", "bubble_ratio", "bubble_ratio_rank_span", "check", "chunks",
         "clock_alignment", "clocks", "cpu_cores", "device", "layout", "loss", "makespan_median", "microbatch_sizes", "microbatches",
         "local_world_size", "model", "parameter_bytes", "peak_activation_bytes", "peak_cuda_allocated_bytes", "placement",
-        "post_ahead", "process_cpu_seconds", "python", "ranks", "schedule", "stage_costs", "stages", "step_time_median",
+        "post_ahead", "process_cpu_seconds", "python", "rank_step_starts", "ranks", "schedule", "stage_costs", "stages", "step_time_median",
         "step_times",
         "steps", "timeout_seconds", "torch_threads", "torch_version", "transport", "warmup"])
     assert summary["layout"] == {"pp": 1, "dp": 1, "tp": 1, "mesh_dims": ["pp", "dp", "tp"], "world_size": 1}
