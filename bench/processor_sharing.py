@@ -22,8 +22,9 @@ directly as well, with no law assumed. Per rank: the speed of its compute (its a
 time over their wall time, all steps), which needs no clock alignment; with ``--costs CAL.json``
 beside it the model's (the calibration's own-core work for the run's program over the compute
 wall time of its replay without spreads, at the calibration's idle share). Per number of compute
-rows running over an action's span (its mean, rounded; rank clocks aligned at the step's
-barrier, which at p=4 leaves them 1-1.4 ms apart, so the bins of short actions blur), the
+rows running over an action's span (its mean, rounded; on the run's one clock where it has
+one, summary.json's ``clocks``; on rank clocks, aligned at the step's barrier only, which at p=4
+leaves them 1-3 ms apart, the bins of short actions blur), the
 measured speed beside processor sharing's min(1, cores / k). And the whole run's CPU
 (summary.json's process_cpu_seconds: every thread of every rank) over the cores' time, and per
 rank the share of a core its process took while not in a compute row (the transport's threads
