@@ -1542,20 +1542,23 @@ def step_spans(run: MeasuredRun, dispatch: float, post: float) -> list[float]:
     (`stream_spans`) plus the simulated lead (`post` times the fewest receives a rank posts
     first: the simulator's earliest row starts that late)."""
     if run.one_clock:
-        ends = run.timeline["end"] + np.where(run.timeline["kind"].isin(COMPUTE_NAMES), dispatch, 0.0)
-        last = ends.groupby(run.timeline["step"]).max().sort_index()
-        return [float(end) - run.rank_start(int(step), 0) for step, end in last.items()]
+        return [float(end) - run.rank_start(int(step), 0) for step, end in last_ends(run.timeline, dispatch).items()]
     lead = post * min(first_posts(run), default=0)
     return [span + lead for span in stream_spans(run.timeline, dispatch)]
 
 
+def last_ends(timeline: pd.DataFrame, dispatch: float) -> pd.Series:
+    """Per step (in step order), its latest row end as the simulator counts it: a compute row
+    ends `dispatch` later (the simulated row holds the gap)."""
+    ends = timeline["end"] + np.where(timeline["kind"].isin(COMPUTE_NAMES), dispatch, 0.0)
+    return ends.groupby(timeline["step"]).max().sort_index()
+
+
 def stream_spans(timeline: pd.DataFrame, dispatch: float) -> list[float]:
     """Per step, how long the streams ran as the simulator counts them (from 0): from the
-    earliest row start to the latest row end, where a compute row ends `dispatch` later (the
-    simulated row holds the gap)."""
-    ends = timeline["end"] + np.where(timeline["kind"].isin(COMPUTE_NAMES), dispatch, 0.0)
-    step = timeline["step"]
-    return [float(x) for x in (ends.groupby(step).max() - timeline["start"].groupby(step).min()).sort_index()]
+    earliest row start to the latest row end (`last_ends`)."""
+    first = timeline["start"].groupby(timeline["step"]).min().sort_index()
+    return [float(x) for x in last_ends(timeline, dispatch) - first]
 
 
 def in_run_fits(points: Mapping[str, Sequence[tuple[str, int, float]]],
