@@ -158,8 +158,10 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   intercept 77-196 us.
 - **step_overhead**: measured step time (barrier to barrier, rank 0) minus what the
   simulated makespan stands for (`step_spans`), mean over steps: on a run with one clock,
-  rank 0's step start to the latest row end (a compute row's end taken `dispatch_overhead`
-  later as the simulator's row includes that gap); on rank clocks the span of the step's
+  from rank 0's first row less its simulated lead (post_overhead times the receives it posts
+  first) to the latest row end (a compute row's end taken `dispatch_overhead` later as the
+  simulator's row includes that gap), so that rank 0's time before its first row that posting
+  does not explain is overhead, as on rank clocks; on rank clocks the span of the step's
   streams (earliest row start to latest row end, likewise) plus the simulated lead
   (post_overhead times the fewest receives a rank posts first, the time before the
   simulator's earliest row): the barriers, the optimizer and, before the first action, what
@@ -1537,12 +1539,16 @@ def compute_frame(run: MeasuredRun, idle: float | None = None, growth: "Growth |
 
 def step_spans(run: MeasuredRun, dispatch: float, post: float) -> list[float]:
     """Per step, the part of its step time (rank 0's, from its barrier exit) that the simulated
-    makespan stands for. On one clock: from rank 0's step start to the latest row end. On rank
-    clocks, which cannot tell when rank 0 started against the others: the streams' span
-    (`stream_spans`) plus the simulated lead (`post` times the fewest receives a rank posts
-    first: the simulator's earliest row starts that late)."""
+    makespan stands for. On one clock: from the simulator's time 0 placed where rank 0's first
+    row says (that row's start less its simulated lead, `post` times the receives rank 0 posts
+    first) to the latest row end; what rank 0 does before that (posting that `post` does not
+    explain) stays in the step overhead, as the simulator does not replay it. On rank clocks,
+    which cannot tell when rank 0 started against the others: the streams' span
+    (`stream_spans`) plus the simulated lead of the rank that posts fewest first."""
     if run.one_clock:
-        return [float(end) - run.rank_start(int(step), 0) for step, end in last_ends(run.timeline, dispatch).items()]
+        lead = post * first_posts(run)[0]
+        zero = run.timeline[run.timeline["rank"] == 0].groupby("step")["start"].min() - lead
+        return [float(end - zero[step]) for step, end in last_ends(run.timeline, dispatch).items()]
     lead = post * min(first_posts(run), default=0)
     return [span + lead for span in stream_spans(run.timeline, dispatch)]
 

@@ -106,7 +106,7 @@ def true_costs(num_stages: int) -> CostModel:
 def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profile: bool = False,
               profile_slowdown: float = 1.0, skew: tuple[float, ...] = (),
               stalls: dict[int, float] | None = None, one_way: bool = False, clocks: str | None = None,
-              rank0_late: float = 0.0) -> float:
+              rank0_late: float = 0.0, lag: float = 0.0) -> float:
     """A synthetic run directory of `name` at p=2; returns its (true) step time.
 
     Its profile times both ways of running a stage (F, B; F_split, I, W), as the executor's
@@ -119,7 +119,10 @@ def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profil
     `clocks` is summary.json's (schedules.timeline), left out by default as in runs from before it;
     `rank0_late` puts the ranks on one clock (``clocks: "host"``) with rank 0 leaving each step's
     barrier that long after rank 1: every row is that much later but rank 1's first RECV, which
-    starts as before and waits that much longer; the step times (rank 0's) do not change."""
+    starts as before and waits that much longer; the step times (rank 0's) do not change. `lag`
+    (one clock) delays every row that long after the ranks' common step start, and the step
+    times with them: what the executor does before its first action that posting does not
+    explain."""
     schedule = schedules.build(name, ranks=2, microbatches=m, chunks=chunks)
     program = schedules.lower(schedule)
     n = schedule.num_stages
@@ -133,6 +136,10 @@ def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profil
     for k, offset in enumerate(skew):
         late = timeline[k]["rank"] == 1
         timeline[k].loc[late, ["start", "end"]] += offset
+    if lag:
+        clocks = "host"
+        for rows in timeline:
+            rows[["start", "end"]] += lag
     if rank0_late:
         clocks = "host"
         for rows in timeline:
@@ -161,7 +168,7 @@ def write_run(path: Path, name: str, m: int, chunks=None, steps: int = 3, profil
     memory = result.memory.assign(source="measured")
     pd.concat([memory.assign(step=k) for k in range(steps)]).to_csv(path / "memory.csv", index=False)
     schedules.save_json(program, path / "program.json")
-    step_time = result.makespan + STEP  # this program ends on a compute row; its gap is in the makespan
+    step_time = result.makespan + STEP + lag  # this program ends on a compute row; its gap is in the makespan
     layers = balanced_layers(LAYERS, n)
     stage_costs = []
     for s, (a, b) in enumerate(layers):
@@ -372,6 +379,27 @@ def test_a_late_rank_0_is_timed_from_its_own_step_start(tmp_path):
     assert c.post_overhead == 0.0
     comparison, _ = compare_run(run, c.for_run(run))
     assert comparison.step_time_simulated == pytest.approx(truth, rel=1e-9)
+
+
+def test_time_before_rank_0s_first_row_is_step_overhead(tmp_path):
+    """On one clock, time every rank spends after its barrier before its first row (500 us here)
+    that the posting cost does not explain (1F1B at p=2: every rank posts alike, so none is
+    fitted) belongs to the step overhead: the simulator's time 0 is where rank 0's first row
+    says. The run replays itself and predicts GPipe exactly; timed from rank 0's step start
+    instead, the overhead loses those 500 us and every prediction comes out that much short."""
+    lag = 500_000 * NS
+    write_run(tmp_path / "lag", "1f1b", 8, profile=True, lag=lag)
+    run = read_measured(tmp_path / "lag")
+    assert run.one_clock and run.rank_start(1, 0) == 0.0
+    assert run.timeline.groupby("step")["start"].min().tolist() == [lag] * 3
+    c = calibrate(run)
+    assert c.post_overhead == 0.0
+    assert c.step_overhead == pytest.approx(STEP + lag, abs=1e-12)
+    comparison, _ = compare_run(run, c.for_run(run))
+    assert comparison.step_time_simulated == pytest.approx(comparison.step_time_measured, rel=1e-9)
+    truth = write_run(tmp_path / "gpipe", "gpipe", 8, lag=lag)
+    schedule = schedules.build("gpipe", ranks=2, microbatches=8)
+    assert simulate(schedule, c.cost_model(schedule.num_stages)).step_time == pytest.approx(truth, rel=1e-9)
 
 
 def test_a_run_on_one_clock_is_read_as_it_is(tmp_path, monkeypatch):
