@@ -367,9 +367,9 @@ def test_transfer_time_is_recovered_under_skewed_rank_clocks(tmp_path):
 
 def test_a_late_rank_0_is_timed_from_its_own_step_start(tmp_path):
     """Rank 0's step time runs from its own barrier exit: where it left 300 us after rank 1
-    (one clock), the simulated makespan stands for the time from rank 0's start to the last
-    row's end, not from rank 1's earlier first row, so the step overhead, the posting cost and
-    the replay come out as for the run without the delay."""
+    (one clock), the simulated makespan stands for the time from rank 0's first row (at its
+    start here) to the last row's end, not from rank 1's earlier first row, so the step
+    overhead, the posting cost and the replay come out as for the run without the delay."""
     truth = write_run(tmp_path / "late", "1f1b", 8, profile=True, rank0_late=300_000 * NS)
     run = read_measured(tmp_path / "late")
     assert run.one_clock and run.rank_start(2, 0) == 300_000 * NS and run.rank_start(2, 1) == 0.0
