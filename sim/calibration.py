@@ -1539,32 +1539,21 @@ def compute_frame(run: MeasuredRun, idle: float | None = None, growth: "Growth |
 
 def step_spans(run: MeasuredRun, dispatch: float, post: float) -> list[float]:
     """Per step, the part of its step time (rank 0's, from its barrier exit) that the simulated
-    makespan stands for. On one clock: from the simulator's time 0 placed where rank 0's first
-    row says (that row's start less its simulated lead, `post` times the receives rank 0 posts
-    first) to the latest row end; what rank 0 does before that (posting that `post` does not
-    explain) stays in the step overhead, as the simulator does not replay it. On rank clocks,
-    which cannot tell when rank 0 started against the others: the streams' span
-    (`stream_spans`) plus the simulated lead of the rank that posts fewest first."""
+    makespan stands for: from the simulator's time 0 to the latest row end, a compute row ending
+    `dispatch` later (the simulated row holds the gap). On one clock time 0 is where rank 0's
+    first row says (that row's start less its simulated lead, `post` times the receives rank 0
+    posts first); what rank 0 does before that (posting that `post` does not explain) stays in
+    the step overhead, as the simulator does not replay it. On rank clocks, which cannot tell
+    when rank 0 started against the others, it is the earliest row's start less the simulated
+    lead of the rank that posts fewest first."""
+    timeline, posts = run.timeline, first_posts(run)
     if run.one_clock:
-        lead = post * first_posts(run)[0]
-        zero = run.timeline[run.timeline["rank"] == 0].groupby("step")["start"].min() - lead
-        return [float(end - zero[step]) for step, end in last_ends(run.timeline, dispatch).items()]
-    lead = post * min(first_posts(run), default=0)
-    return [span + lead for span in stream_spans(run.timeline, dispatch)]
-
-
-def last_ends(timeline: pd.DataFrame, dispatch: float) -> pd.Series:
-    """Per step (in step order), its latest row end as the simulator counts it: a compute row
-    ends `dispatch` later (the simulated row holds the gap)."""
+        anchor, lead = timeline[timeline["rank"] == 0], post * posts[0]
+    else:
+        anchor, lead = timeline, post * min(posts, default=0)
+    zero = anchor["start"].groupby(anchor["step"]).min() - lead
     ends = timeline["end"] + np.where(timeline["kind"].isin(COMPUTE_NAMES), dispatch, 0.0)
-    return ends.groupby(timeline["step"]).max().sort_index()
-
-
-def stream_spans(timeline: pd.DataFrame, dispatch: float) -> list[float]:
-    """Per step, how long the streams ran as the simulator counts them (from 0): from the
-    earliest row start to the latest row end (`last_ends`)."""
-    first = timeline["start"].groupby(timeline["step"]).min().sort_index()
-    return [float(x) for x in last_ends(timeline, dispatch) - first]
+    return [float(x) for x in (ends.groupby(timeline["step"]).max() - zero).sort_index()]
 
 
 def in_run_fits(points: Mapping[str, Sequence[tuple[str, int, float]]],

@@ -365,7 +365,7 @@ def test_transfer_time_is_recovered_under_skewed_rank_clocks(tmp_path):
     assert (c.dispatch_overhead, c.send_overhead, c.recv_overhead) == pytest.approx((DISPATCH, SEND, RECV), abs=1e-12)
 
 
-def test_a_late_rank_0_is_timed_from_its_own_step_start(tmp_path):
+def test_a_late_rank_0_is_timed_from_its_own_first_row(tmp_path):
     """Rank 0's step time runs from its own barrier exit: where it left 300 us after rank 1
     (one clock), the simulated makespan stands for the time from rank 0's first row (at its
     start here) to the last row's end, not from rank 1's earlier first row, so the step
