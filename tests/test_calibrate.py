@@ -37,7 +37,7 @@ from sim import share_choice
 from sim.calibration import Calibration, calibrate, calibrate_runs, fit_idle_share
 from sim.transfers import transfer_rows, transfer_time
 from sim.__main__ import main
-from sim.comparison import compare_run
+from sim.comparison import compare_run, compute_level
 from sim.measured import read_measured
 from sim.sources import load_costs
 
@@ -286,6 +286,9 @@ def test_far_out_steps_are_left_out_and_every_parameter_recovered(tmp_path, monk
         assert c.compute[kind].per_layer == pytest.approx(PER_LAYER[kind], rel=1e-9)
     comparison, _ = compare_run(run, c.for_run(run))
     assert abs(comparison.step_time_error) < 1e-12
+    # The compute level leaves them out too: the run computes what its calibration prices
+    # (with them, (10 + 3 + 2.5) / 12 = 1.29 of it).
+    assert compute_level(run, c.for_run(run), c.dispatch_overhead).level == pytest.approx(1.0, rel=1e-12)
     # Kept in, the stalled steps' longer gaps and transfers would go into the means (what the
     # fence is for): the same run with the fence switched off.
     monkeypatch.setattr(calibration_module, "far_out_steps", lambda run: [])
