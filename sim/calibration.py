@@ -640,8 +640,7 @@ def calibrate_runs(runs: Sequence[MeasuredRun], idle_share: float | None = None)
     if not runs:
         raise CostError("calibrate needs at least one run")
     far = [far_out_steps(run) for run in runs]
-    # every fit reads the runs without their far-out steps; the replays read the whole runs
-    typical = [run.with_steps([s for s in run.steps if s not in out]) if out else run for run, out in zip(runs, far)]
+    typical = [typical_steps(run) for run in runs]  # what every fit reads; the replays read the whole runs
     fits = [TransferFits.of(run) for run in typical]
     dispatch = [found.dispatch for found in fits]
     growth, told = fit_growth(typical, dispatch)  # one law for all
@@ -669,6 +668,13 @@ def far_out_steps(run: MeasuredRun) -> list[int]:
         return []
     q1, q3 = np.quantile(times, [0.25, 0.75])
     return [step for step, t in zip(run.steps, times) if t > q3 + 3 * (q3 - q1)]
+
+
+def typical_steps(run: MeasuredRun) -> MeasuredRun:
+    """The run without its far-out steps (`far_out_steps`): what every fit, and the compute
+    level that sets a run beside its costs, reads."""
+    out = far_out_steps(run)
+    return run.with_steps([s for s in run.steps if s not in out]) if out else run
 
 
 @dataclass(frozen=True)

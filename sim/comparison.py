@@ -21,7 +21,7 @@ Measured numbers are medians over the run's measured steps; the simulation is on
 - ``peak_activation_bytes``: per rank; measured by the executor's saved-tensor meter
   (max over steps), simulated from the cost model's per-stage activation bytes.
 - ``compute_measured``: the run's compute in a step, summed over ranks, mean over its steps but
-  the stalled ones (`sim.calibration.far_out_steps`, which every fit leaves out): each
+  the stalled ones (`sim.calibration.typical_steps`, as every fit reads it): each
   compute row on a processor of its own (`sim.calibration.compute_frame`: where ranks shared
   cores, the integral of its share) plus the executor's loop gap per action that calibrated
   costs hold (``dispatch``, `Calibration.dispatch_overhead`); ``compute_simulated``: the cost
@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .calibration import compute_frame, far_out_steps
+from .calibration import compute_frame, typical_steps
 from .costs import CostModel
 from .engine import compute_seconds, simulate
 from .measured import MeasuredRun
@@ -180,10 +180,9 @@ def measured_compute(run: MeasuredRun, dispatch: float = 0.0, idle: float | None
     around them, so a median here put a run at x0.94 of its own calibration; where the ranks
     shared cores, a rank not computing taking `idle` of one (the cost model's, so that the level
     and the simulation share one law; default: the run's own fit). Steps the machine stalled
-    (`far_out_steps`) are left out, as every fit leaves them out: kept in, a run with three such
+    are left out (`typical_steps`), as every fit leaves them out: kept in, a run with three such
     steps among 48 stood at x1.013 of its own calibration."""
-    frame = compute_frame(run, idle)
-    frame = frame[~frame["step"].isin(far_out_steps(run))]
+    frame = compute_frame(typical_steps(run), idle)
     if not len(frame):
         return 0.0
     return float((frame["duration"] + dispatch).groupby(frame["step"]).sum().mean())
