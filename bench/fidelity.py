@@ -49,6 +49,11 @@ each turn, so that a measured step starts on its own warm caches): a calibration
 predicts then share the machine's every second, and the error left is the model's, not the
 machine's drift between launches. The noise floor still compares different launches (rounds).
 
+``--skip GROUP:SCHEDULE-mM`` (repeatable) leaves one held-out case of a group unmeasured and
+unpredicted, for a case this machine cannot hold: gpt 256 rows p=4's GPipe m=16 keeps 4.3-4.8 GB
+of activations on each of its four ranks, and its alternated round was killed for memory on a
+24 GiB machine (bench/fidelity_sweeps.md, "Sweep 28").
+
 ``--with-gpipe`` adds a fourth calibration run per round, GPipe at m = 2p with the same profiles,
 and the ``four`` calibration (the three and it): GPipe's phases are the runs of repeats that tell
 the repeat discount (sim.calibration); the three runs at p = 2 cannot.
@@ -265,6 +270,8 @@ def main() -> int:
     parser.add_argument("--rewarm", type=int, default=None,
                         help="with --alternate: unmeasured steps a run takes at each turn before its measured one "
                              "(default 1)")
+    parser.add_argument("--skip", action="append", default=[], metavar="GROUP:SCHEDULE-mM",
+                        help="leave this held-out case out (e.g. gpt-256-p4:gpipe-m16); repeatable")
     args = parser.parse_args()
     if args.rewarm is not None and not args.alternate:
         parser.error("--rewarm needs --alternate")
@@ -275,6 +282,11 @@ def main() -> int:
     unknown = sorted(set(args.groups or ()) - set(known))
     if unknown:
         parser.error(f"unknown group(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    skipped = set(args.skip)
+    every_case = {f"{group_name(*g)}:{s}-m{m}" for g in GROUPS for s, m in itertools.product(SCHEDULES, (g[2], 4 * g[2]))}
+    if skipped - every_case:
+        parser.error(f"unknown case(s) to skip {', '.join(sorted(skipped - every_case))}; a case is GROUP:SCHEDULE-mM "
+                     f"with m = p or 4p, e.g. gpt-256-p4:gpipe-m16")
     root = Path(args.out)
     chosen = [g for g in GROUPS if args.groups is None or group_name(*g) in args.groups]
     rows_out, calib_out = [], []
@@ -286,7 +298,7 @@ def main() -> int:
         print(f"{name} ({time.time() - began:.0f} s in)", file=sys.stderr, flush=True)
         base = root / name
         lock = CpuLock(LOCK)
-        cases = list(itertools.product(SCHEDULES, (p, 4 * p)))
+        cases = [(s, m) for s, m in itertools.product(SCHEDULES, (p, 4 * p)) if f"{name}:{s}-m{m}" not in skipped]
         measured = {case: [] for case in cases}
         rounds = []  # per round: its calibrations
         own_runs = []  # per round: its calibration runs
