@@ -98,8 +98,9 @@ MODELS = {name: [token for key, value in spec.items() for token in (f"--{key.rep
           for name, spec in MODEL_SPECS.items()}
 # (model, rows per microbatch, p), in the order they run.
 # gpt 64 and 256 rows at p=4 come last: a step of theirs takes seconds (1.8-7.4 s at 64 rows,
-# about twice p=2's), so they are measured in shorter runs (--rewarm 0 --steps 8 --warmup 1
-# --calibration-steps 24: bench/fidelity_sweeps.md, "Sweep 27").
+# 6.7-34 s at 256, about twice p=2's), so they are measured in shorter runs (--rewarm 0 --steps 8
+# --warmup 1 --calibration-steps 24), gpt 256 rows without GPipe m=16 (--skip gpt-256-p4:gpipe-m16:
+# bench/fidelity_sweeps.md, "Sweeps 27 and 28").
 GROUPS = [("mlp", 8, 2), ("mlp", 256, 2), ("mlp", 2, 2), ("mlp", 64, 2), ("gpt", 8, 2), ("gpt", 1, 2),
           ("gpt", 64, 2), ("mlp", 8, 4), ("mlp", 256, 4), ("gpt", 8, 4), ("mlp", 2, 4), ("gpt", 1, 4),
           ("mlp", 64, 4), ("gpt", 256, 2), ("gpt", 64, 4), ("gpt", 256, 4)]

@@ -55,3 +55,16 @@ def test_an_unknown_group_is_refused_before_any_run(tmp_path):
     assert done.returncode == 2
     assert "unknown group(s) mlp-3-p2" in done.stderr and "mlp-2-p4" in done.stderr
     assert not out.exists()
+
+
+def test_an_unknown_case_to_skip_is_refused_before_any_run(tmp_path):
+    """--skip names a held-out case as GROUP:SCHEDULE-mM with m = p or 4p; anything else (here m=8 at
+    p=4, which the sweep never runs) is an error naming it, before the output directory is made."""
+    out = tmp_path / "sweep"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--groups", "gpt-256-p4",
+                           "--skip", "gpt-256-p4:gpipe-m16", "--skip", "gpt-256-p4:gpipe-m8"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "unknown case(s) to skip gpt-256-p4:gpipe-m8" in done.stderr
+    assert "gpipe-m16" not in done.stderr.split("unknown case(s) to skip")[1].split(";")[0]
+    assert not out.exists()
