@@ -124,6 +124,16 @@ def group_name(model: str, rows: int, p: int) -> str:
     return f"{model}-{rows}-p{p}"
 
 
+def held_out_cases(p: int) -> list[tuple[str, int]]:
+    """A group's held-out (schedule, m) at `p` ranks: every schedule at m = p and m = 4p."""
+    return list(itertools.product(SCHEDULES, (p, 4 * p)))
+
+
+def case_name(group: str, schedule: str, m: int) -> str:
+    """How --skip names a held-out case: GROUP:SCHEDULE-mM."""
+    return f"{group}:{schedule}-m{m}"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -284,7 +294,7 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown group(s) {', '.join(unknown)}; known: {', '.join(known)}")
     skipped = set(args.skip)
-    every_case = {f"{group_name(*g)}:{s}-m{m}" for g in GROUPS for s, m in itertools.product(SCHEDULES, (g[2], 4 * g[2]))}
+    every_case = {case_name(group_name(*g), s, m) for g in GROUPS for s, m in held_out_cases(g[2])}
     if skipped - every_case:
         parser.error(f"unknown case(s) to skip {', '.join(sorted(skipped - every_case))}; a case is GROUP:SCHEDULE-mM "
                      f"with m = p or 4p, e.g. gpt-256-p4:gpipe-m16")
@@ -299,7 +309,7 @@ def main() -> int:
         print(f"{name} ({time.time() - began:.0f} s in)", file=sys.stderr, flush=True)
         base = root / name
         lock = CpuLock(LOCK)
-        cases = [(s, m) for s, m in itertools.product(SCHEDULES, (p, 4 * p)) if f"{name}:{s}-m{m}" not in skipped]
+        cases = [(s, m) for s, m in held_out_cases(p) if case_name(name, s, m) not in skipped]
         measured = {case: [] for case in cases}
         rounds = []  # per round: its calibrations
         own_runs = []  # per round: its calibration runs
