@@ -17,8 +17,8 @@ prints:
   ``trace`` vs measured says whether the dependency structure, transfers and overheads are
   right; ``step mean`` vs ``trace`` is what replaying mean costs loses to the spread of the
   durations (a step's makespan is a max over paths);
-- the self-replay with typical costs, then adding the compute spread, the transfer spread
-  and the rank, step and step overhead spreads (all: the calibration's model).
+- the self-replay with typical costs, then adding the compute spread, the transfer spread, the
+  send spread and the rank, step and step overhead spreads (all: the calibration's model).
 
 Writes nothing; the numbers are what README's "Where the time goes at small microbatches" quotes.
 """
@@ -56,7 +56,8 @@ def replay_with(compiled: Compiled, resolved, durations: list[list[float]]) -> f
     # the compiled program's other terms (each rank's posting start) kept; ranks sharing cores
     # take the idle share compute_frame's full-speed durations were taken under
     records = replay(dataclasses.replace(compiled, ops=tuple(ops)), resolved.contention, resolved.send_overhead,
-                     resolved.recv_overhead, resolved.cores, resolved.transfer_load, resolved.idle_share)
+                     resolved.recv_overhead, resolved.cores, resolved.transfer_load, resolved.idle_share,
+                     wake=resolved.wake_overhead)
     return max(r.last if r.times else 0 for r in records) / NS
 
 
@@ -143,16 +144,17 @@ def diagnose(path: str) -> None:
           f"({np.median(trace) / np.median(mk) - 1:+.1%}); step-mean replay {np.median(mean_rep):.2f} "
           f"({np.median(mean_rep) / np.median(mk) - 1:+.1%}); calibrated replay {sim.makespan * 1e3:.2f} "
           f"({sim.makespan * 1e3 / np.median(mk) - 1:+.1%})")
-    plain = dataclasses.replace(costs, duration_spread=(), transfer_spread=(), rank_spread=(), step_spread=(),
-                                step_overhead_spread=())
-    compute_only = dataclasses.replace(costs, transfer_spread=(), rank_spread=(), step_spread=(),
+    plain = dataclasses.replace(costs, duration_spread=(), transfer_spread=(), send_spread=(), rank_spread=(),
+                                step_spread=(), step_overhead_spread=())
+    compute_only = dataclasses.replace(costs, transfer_spread=(), send_spread=(), rank_spread=(), step_spread=(),
                                        step_overhead_spread=())
+    no_send = dataclasses.replace(costs, send_spread=(), rank_spread=(), step_spread=(), step_overhead_spread=())
     no_rank = dataclasses.replace(costs, rank_spread=(), step_spread=(), step_overhead_spread=())
     ms = np.median(st)
     print("self-replay step time vs measured median: " + "; ".join(
         f"{label} {simulate(program, c).step_time * 1e3:.2f} ms ({simulate(program, c).step_time * 1e3 / ms - 1:+.1%})"
-        for label, c in (("typical costs", plain), ("+ compute spread", compute_only), ("+ transfer spread", no_rank),
-                         ("+ rank, step and step overhead spreads", costs))))
+        for label, c in (("typical costs", plain), ("+ compute spread", compute_only), ("+ transfer spread", no_send),
+                         ("+ send spread", no_rank), ("+ rank, step and step overhead spreads", costs))))
     per_step = trace / mk - 1
     print(f"trace replay error per step: median {np.median(per_step):+.1%}, min {per_step.min():+.1%}, "
           f"max {per_step.max():+.1%}")

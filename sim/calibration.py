@@ -113,10 +113,17 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   non-negative ones (`nonnegative_least_squares`); clamping a negative one afterwards
   left the others where they had made up for it (a 1F1B run of 2 ms steps replayed
   +21%). ``dispatch_overhead`` is added to every compute action; ``send_overhead`` is
-  the SEND constant; ``recv_overhead`` is the RECV constant plus
+  the SEND constant; ``wake_overhead`` the constant of one more column, a SEND whose
+  receiver had reached its RECV strictly before it (sim.transfers.TransferRow.woke, on the
+  step's common clock): where ranks share cores the sender then lost its core for a while
+  (README, "A send that wakes its receiver"); ``recv_overhead`` is the RECV constant plus
   the posting cost plus the time to complete a receive whose data is already there (the
   mean RECV row of receives reached once the transfer law below had done their whole
   transfer; without any, the 10th percentile of RECV rows).
+- **send_spread**: each gap after a SEND over its fit (the SEND constant, the wake where it woke
+  its receiver, the posted receives' cost), as SPREAD_QUANTILES quantiles scaled to mean 1: on
+  four ranks sharing two cores most SENDs cost their rank 50-70 us and one in ten 0.5-1 ms, and
+  a step's makespan is a max over paths, so their mean alone replays it short.
 - **p2p_latency / p2p_bandwidth / p2p_load_latency**: a transfer takes ``latency + bytes /
   bandwidth`` on an idle machine and ``p2p_load_latency`` more per rank computing while it is
   on the wire (sim.costs; the law and its fit: sim.transfers). In-run transfers: ``RECV end -
@@ -245,7 +252,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from statistics import median
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
@@ -321,6 +328,8 @@ class Calibration:
     rank_spread: tuple[float, ...] = ()
     step_spread: tuple[float, ...] = ()
     step_overhead_spread: tuple[float, ...] = ()
+    wake_overhead: float = 0.0  # more sender time per SEND whose receiver already waited
+    send_spread: tuple[float, ...] = ()  # of the time a SEND costs its sender
     diagnostics: Mapping[str, Any] = field(default_factory=dict)
     quality: Mapping[str, Any] = field(default_factory=dict)
     data_parallel: int = 1
@@ -419,6 +428,7 @@ class Calibration:
             weight_memory=None if kept is None else [max(round(k), 0) for k in kept],
             **held,
             send_overhead=self.send_overhead,
+            wake_overhead=self.wake_overhead,
             recv_overhead=self.recv_overhead,
             step_overhead=self.step_overhead,
             post_overhead=self.post_overhead,
@@ -435,6 +445,7 @@ class Calibration:
             rank_spread=self.rank_spread,
             step_spread=self.step_spread,
             step_overhead_spread=self.step_overhead_spread,
+            send_spread=self.send_spread,
             spread_draws=SPREAD_DRAWS,
         )
 
@@ -515,8 +526,9 @@ class Calibration:
         if self.place_factors:
             places = "; ".join(f"{k} " + " ".join(f"x{x:.3f}" for x in v) for k, v in self.place_factors.items() if v)
             lines.append(f"  a stage's first actions of a kind in a step (cost over the later ones'): {places}")
-        lines.append(f"  overheads: dispatch {us(self.dispatch_overhead)} per compute action, send {us(self.send_overhead)}, "
-                     f"recv {us(self.recv_overhead)}, step {us(self.step_overhead)}")
+        wake = f" (+{us(self.wake_overhead)} where its receiver waits)" if self.wake_overhead else ""
+        lines.append(f"  overheads: dispatch {us(self.dispatch_overhead)} per compute action, send {us(self.send_overhead)}"
+                     f"{wake}, recv {us(self.recv_overhead)}, step {us(self.step_overhead)}")
         if self.post_overhead:
             lines.append(f"  receives posted before a rank's first action (post-ahead {self.post_ahead}): "
                          f"{us(self.post_overhead)} each")
@@ -561,6 +573,9 @@ class Calibration:
         if self.transfer_spread:
             q = np.quantile(self.transfer_spread, [0.1, 0.5, 0.9])
             lines.append(f"  transfer time spread: 10/50/90th percentile x{q[0]:.2f} x{q[1]:.2f} x{q[2]:.2f} of the fit")
+        if self.send_spread:
+            q = np.quantile(self.send_spread, [0.1, 0.5, 0.9])
+            lines.append(f"  a SEND's time on its rank: 10/50/90th percentile x{q[0]:.2f} x{q[1]:.2f} x{q[2]:.2f} of the fit")
         lines += quality_lines(self.quality)
         if self.data_parallel > 1:
             bandwidth = "unlimited" if math.isinf(self.allreduce_bandwidth) else f"{self.allreduce_bandwidth / 1e9:.2f} GB/s"
@@ -603,6 +618,7 @@ class Calibration:
             values["rank_spread"] = tuple(values.get("rank_spread", ()))
             values["step_spread"] = tuple(values.get("step_spread", ()))
             values["step_overhead_spread"] = tuple(values.get("step_overhead_spread", ()))
+            values["send_spread"] = tuple(values.get("send_spread", ()))
             values["place_factors"] = {k: tuple(v) for k, v in values.get("place_factors", {}).items()}
             if values.get("compute") is not None:
                 values["compute"] = {k: LinearCost(**v) for k, v in values["compute"].items()}
@@ -771,6 +787,8 @@ class TransferFits:
     dispatch: float
     send: float
     recv: float
+    wake: float
+    send_ratios: np.ndarray
 
     @classmethod
     def of(cls, run: MeasuredRun) -> "TransferFits":
@@ -802,9 +820,11 @@ def calibrate_at_share(runs: Sequence[MeasuredRun], fits: Sequence[TransferFits]
             raise CostError(f"{run.path} and {runs[0].path}: either all runs have a profile.json or none")
     calibration = first if len(fitted) == 1 else _combine([c for c, _ in fitted], runs)
     pooled = [np.concatenate([r[j] for _, r in fitted]) for j in range(5)]
+    sends = np.concatenate([found.send_ratios for found in fits])
     calibration = replace(calibration, duration_spread=spread_quantiles(pooled[0]),
                           transfer_spread=spread_quantiles(pooled[1]), rank_spread=spread_quantiles(pooled[2]),
                           step_spread=spread_quantiles(pooled[3]), step_overhead_spread=spread_quantiles(pooled[4]),
+                          send_spread=spread_quantiles(sends),
                           idle_share=idle, post_overhead=post, compute_growth=growth.rate,
                           growth_horizon=growth.horizon)
     return calibration
@@ -841,7 +861,7 @@ def _combine(calibrations: list[Calibration], runs: Sequence[MeasuredRun]) -> Ca
                                         {r: mean(f.fixed[r] for f in found if r in f.fixed) for r in roles})
         compute = in_run_fits({k: v for k, v in points.items() if v}, profiled)
     scalars = {name: mean(getattr(c, name) for c in calibrations) for name in (
-        "dispatch_overhead", "send_overhead", "recv_overhead",
+        "dispatch_overhead", "send_overhead", "recv_overhead", "wake_overhead",
         "step_overhead", "p2p_latency", "p2p_load_latency", "repeat_discount_forward",
         "repeat_discount_backward")}
     for side in ("forward", "backward"):  # over the runs that tell it (all, where none does)
@@ -945,6 +965,7 @@ def _fit_one(run: MeasuredRun, fits: TransferFits, idle: float, post: float = 0.
         repeat_discount_forward=discounts.get("F", 0.0),
         repeat_discount_backward=discounts.get("B", discounts.get("I", 0.0)),
         send_overhead=send,
+        wake_overhead=fits.wake,
         recv_overhead=recv,
         step_overhead=step_overhead,
         p2p_latency=latency,
@@ -1212,17 +1233,31 @@ def fit_memory(records: list[dict]) -> tuple[LinearCost, LinearCost | None, dict
     return fit("activation_bytes"), fit("weight_bytes"), handover if all(handover.values()) else {}
 
 
+class ExecutorOverheads(NamedTuple):
+    """The executor's rank time per action (seconds; `executor_overheads`)."""
+
+    dispatch: float  # per compute action
+    send: float  # per SEND
+    recv: float  # least time of a RECV
+    wake: float  # more per SEND whose receiver already waited for it
+    send_ratios: np.ndarray  # each gap after a SEND over its fit: what the send spread draws
+
+
 def executor_overheads(run: MeasuredRun, transfers: Sequence[TransferRow],
-                       law: tuple[float, float] | None) -> tuple[float, float, float]:
-    """(dispatch, send, recv) rank time per action, seconds (module docstring): least squares
-    of every gap between consecutive actions of a rank on one constant per kind of the action
-    before the gap (compute, SEND, RECV) plus a cost per receive posted in the gap; receives
-    whose data was there by the transfer `law` (`transfer_fit`) give the cost of a RECV."""
+                       law: tuple[float, float] | None) -> ExecutorOverheads:
+    """Rank time per action (module docstring): least squares of every gap between consecutive
+    actions of a rank on one constant per kind of the action before the gap (compute, SEND,
+    RECV), one more for a SEND whose receiver had reached its RECV before it (`transfers`'
+    TransferRow.woke) and a cost per receive posted in the gap; receives whose data was there
+    by the transfer `law` (`transfer_fit`) give the cost of a RECV."""
     posts = [posted_before(stream, run.post_ahead) for stream in run.program.streams]
     kinds = [[_gap_kind(a) for a in stream] for stream in run.program.streams]
-    rows, gaps = [], []
-    for (_, rank), frame in run.timeline.groupby(["step", "rank"], sort=True):
+    woke = {(t.step, t.sending) for t in transfers if t.woke}
+    rows, gaps, sends = [], [], []
+    for (step, rank), frame in run.timeline.groupby(["step", "rank"], sort=True):
         start = frame["start"].to_numpy()
+        actions = frame["action"].to_numpy()
+        is_send = frame["kind"].isin(SEND_NAMES).to_numpy()
         # A SEND's row runs until delivery, a REDUCE_GRAD's until its all-reduce is done: the
         # rank moved on at their start.
         end = np.where(frame["kind"].isin((*SEND_NAMES, Kind.REDUCE_GRAD.value)), start, frame["end"].to_numpy())
@@ -1230,20 +1265,25 @@ def executor_overheads(run: MeasuredRun, transfers: Sequence[TransferRow],
             # Receives posted before a compute action that follows its RECV run inside the RECV's
             # row (the executor stamps a RECV's end when the compute waits on it, after posting).
             posted = posts[rank][i + 1] if kinds[rank][i] != _AFTER_RECV else 0
-            row = [0.0, 0.0, 0.0, float(posted)]
+            row = [0.0, 0.0, 0.0, float(posted), float((int(step), actions[i]) in woke)]
             row[kinds[rank][i]] = 1.0
             rows.append(row)
             gaps.append(start[i + 1] - end[i])
+            sends.append(bool(is_send[i]))
     if not gaps:
-        return 0.0, 0.0, 0.0
-    coef = nonnegative_least_squares(np.array(rows), np.array(gaps))
-    after_compute, after_send, after_recv, post = (float(x) for x in coef)
+        return ExecutorOverheads(0.0, 0.0, 0.0, 0.0, np.ones(0))
+    design, target = np.array(rows), np.array(gaps)
+    coef = nonnegative_least_squares(design, target)
+    after_compute, after_send, after_recv, post, wake = (float(x) for x in coef)
+    sent = np.array(sends)
+    fitted = design[sent] @ coef
+    ratios = target[sent] / fitted if len(fitted) and (fitted > 0).all() and target[sent].mean() > 0 else np.ones(0)
     recvs = run.timeline[run.timeline["kind"].isin(RECV_NAMES)]
     if not len(recvs):
-        return after_compute, after_send, 0.0
+        return ExecutorOverheads(after_compute, after_send, 0.0, wake, ratios)
     early = early_receive_times(transfers, law) if law is not None else []
     least = float(np.mean(early)) if early else float(np.quantile(recvs["end"] - recvs["start"], RECV_QUANTILE))
-    return after_compute, after_send, post + least + after_recv
+    return ExecutorOverheads(after_compute, after_send, post + least + after_recv, wake, ratios)
 
 
 _AFTER_COMPUTE, _AFTER_SEND, _AFTER_RECV = 0, 1, 2  # columns of the gap fit

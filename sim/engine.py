@@ -15,7 +15,8 @@ Semantics (times are integer nanoseconds, so results are exact and deterministic
   when both the rank has reached it and the previous one has ended; the step's makespan
   includes its end;
 - executor overheads (0 by default): a SEND occupies its rank for ``send_overhead``
-  after putting the tensor on the link, a RECV ends no earlier than ``recv_overhead``
+  after putting the tensor on the link, ``wake_overhead`` more where its receiver reached
+  the RECV strictly before the SEND was issued (so same-time events cannot change it), a RECV ends no earlier than ``recv_overhead``
   after the rank reached it, and a compute action that does not repeat the stage and
   kind of its rank's previous compute action costs ``switch_forward`` (F) or
   ``switch_backward`` (B, I, W) more, and the k-th action of a run of repeats costs its
@@ -47,7 +48,8 @@ action's time (switch cost included) multiplied by its factor of the draw
 (`spread_factors`, stratified over the draws) and rounded to the nanosecond (times the
 rank's factor of the draw with a rank spread, itself times the draw's step factor, which all
 ranks share, with a step spread; likewise each SEND's transfer time with a transfer
-spread, and the step overhead with a step overhead spread), and the draw whose makespan plus
+spread, each SEND's rank time with a send spread, and the step overhead with a step overhead
+spread), and the draw whose makespan plus
 step overhead is the median is the result.
 
 Activation memory of a stage is allocated when its F starts and freed when its B ends
@@ -85,8 +87,9 @@ class Compiled:
     """A program flattened for the hot loop: one op tuple per action, per rank.
 
     Compute: (_COMPUTE, duration, bytes allocated at start, bytes freed at end);
-    SEND: (_SEND, transfer id, duration, link id, factor): factor is the transfer spread's
-    draw, by which a load-dependent transfer's load term grows as its duration did; RECV:
+    SEND: (_SEND, transfer id, duration, link id, factor, rank factor): factor is the transfer
+    spread's draw, by which a load-dependent transfer's load term grows as its duration did,
+    rank factor the send spread's, by which its rank time (send and wake overheads) grows; RECV:
     (_RECV, transfer id);
     REDUCE_GRAD: (_REDUCE, duration).
     Transfer ids are the IR's dense numbers (`Transfer.number`), so a SEND and its RECV
@@ -119,7 +122,7 @@ def simulate(schedule_or_program: Schedule | Program, costs: CostModel) -> SimRe
     else:
         records = replay(compiled, resolved.contention, resolved.send_overhead, resolved.recv_overhead,
                          resolved.cores, resolved.transfer_load, resolved.idle_share, resolved.growth,
-                         resolved.growth_horizon)
+                         resolved.growth_horizon, resolved.wake_overhead)
         overhead = resolved.step_overhead
     _check_finished(program, records)
     return SimResult.from_records(program, costs, resolved, records, overhead, drawn)
@@ -135,7 +138,7 @@ def compute_seconds(program: Program, costs: CostModel) -> float:
     if resolved.growth:
         records = replay(compiled, resolved.contention, resolved.send_overhead, resolved.recv_overhead,
                          resolved.cores, resolved.transfer_load, resolved.idle_share, resolved.growth,
-                         resolved.growth_horizon)
+                         resolved.growth_horizon, resolved.wake_overhead)
         return sum(r.work for r in records) / 1e9
     return sum(op[1] for row in compiled.ops for op in row if op[0] == _COMPUTE) / 1e9
 
@@ -216,7 +219,7 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
                 raise ScheduleError(f"rank {rank}: {action} has no peer stage (stages are 0..{n - 1})")
             is_send, first, duration, receiver_rank = compiled
             if is_send:
-                append((_SEND, first + mb, duration, rank * p + receiver_rank, 1.0))
+                append((_SEND, first + mb, duration, rank * p + receiver_rank, 1.0, 1.0))
             else:
                 append((_RECV, first + mb))
         for i, extra in adjustments(stream, costs.handover).items():
@@ -230,31 +233,32 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
     return Compiled(tuple(ops), transfer_count(n, m), p * p, begins)
 
 
-SpreadTables = list[tuple[list[list[float]], list[list[float]], list[float]]]
+SpreadTables = list[tuple[list[list[float]], list[list[float]], list[float], list[list[float]]]]
 
 
 def spread_tables(compiled: Compiled, costs: ResolvedCosts) -> SpreadTables:
-    """Per rank, the compute and transfer factors of every draw and the factor its whole
-    compute takes in each draw: the rank's own times the step's, which all ranks share
-    (sim.costs.spread_factors)."""
+    """Per rank, the compute and transfer factors of every draw, the factor its whole compute
+    takes in each draw (the rank's own times the step's, which all ranks share) and its SENDs'
+    rank time factors of every draw (sim.costs.spread_factors)."""
     n = costs.draws
     step = [row[0] for row in spread_factors(costs.step_spread, n, 0, 1, "step")]
     return [(spread_factors(costs.spread, n, rank, len(row)),
              spread_factors(costs.transfer_spread, n, rank, len(row), "transfer"),
-             [own[0] * shared for own, shared in zip(spread_factors(costs.rank_spread, n, rank, 1, "rank"), step)])
+             [own[0] * shared for own, shared in zip(spread_factors(costs.rank_spread, n, rank, 1, "rank"), step)],
+             spread_factors(costs.send_spread, n, rank, len(row), "send"))
             for rank, row in enumerate(compiled.ops)]
 
 
 def spread_draw(compiled: Compiled, tables: SpreadTables, draw: int) -> Compiled:
-    """`compiled` with each compute op's time and each SEND's transfer time scaled by its
-    factor of draw `draw` (`spread_tables`)."""
+    """`compiled` with each compute op's time, each SEND's transfer time and each SEND's rank
+    time scaled by its factor of draw `draw` (`spread_tables`)."""
     ops = []
-    for row, (compute, transfer, shared) in zip(compiled.ops, tables):
+    for row, (compute, transfer, shared, send) in zip(compiled.ops, tables):
         k = shared[draw]
         ops.append(tuple(
             (_COMPUTE, round(op[1] * (f * k)), op[2], op[3]) if op[0] == _COMPUTE
-            else (_SEND, op[1], round(op[2] * t), op[3], t) if op[0] == _SEND else op
-            for op, f, t in zip(row, compute[draw], transfer[draw])
+            else (_SEND, op[1], round(op[2] * t), op[3], t, r) if op[0] == _SEND else op
+            for op, f, t, r in zip(row, compute[draw], transfer[draw], send[draw])
         ))
     return replace(compiled, ops=tuple(ops))  # the other terms (posting starts, counts) as compiled
 
@@ -277,7 +281,7 @@ def median_draw(compiled: Compiled, costs: ResolvedCosts) -> tuple[list[RankReco
     def run(draw: int) -> list[RankRecord]:
         return replay(spread_draw(compiled, tables, draw), costs.contention, costs.send_overhead,
                       costs.recv_overhead, costs.cores, costs.transfer_load, costs.idle_share, costs.growth,
-                      costs.growth_horizon)
+                      costs.growth_horizon, costs.wake_overhead)
 
     steps = sorted((makespan_ns(run(draw)) + overheads[draw], draw) for draw in range(costs.draws))
     chosen = steps[(len(steps) - 1) // 2][1]
@@ -291,15 +295,17 @@ def makespan_ns(records: list[RankRecord]) -> int:
 
 def replay(compiled: Compiled, contention: bool, send_overhead: int = 0, recv_overhead: int = 0,
            cores: int = 0, load: int = 0, idle: float = 0.0, growth: float = 0.0,
-           horizon: int = 0) -> list[RankRecord]:
+           horizon: int = 0, wake: int = 0) -> list[RankRecord]:
     """Replay compiled streams in the SimPy model; returns what each rank's process recorded
     (overheads in ns; `cores` > 0: the ranks' compute shares that many processors, ranks not
     computing taking `idle` of one each; `load` > 0:
     ns a transfer takes longer per rank computing while it is on the wire, class Wire;
     `growth` per ns and `horizon` ns: a compute action costs sim.costs.growth_factor of its
-    compiled duration at the time it starts)."""
+    compiled duration at the time it starts; `wake` ns: more rank time per SEND whose receiver
+    reached its RECV strictly earlier)."""
     env = simpy.Environment()
     arrivals = [-1] * compiled.num_transfers  # arrival time of each transfer, -1 until sent
+    reached = [-1] * compiled.num_transfers  # when its receiver reached its RECV, -1 until then
     waiters: dict[int, simpy.Event] = {}  # transfer id -> event of the rank blocked on it
     link_free = [0] * compiled.num_links  # time each directed link finishes its last transfer
     records = [RankRecord() for _ in compiled.ops]
@@ -309,7 +315,7 @@ def replay(compiled: Compiled, contention: bool, send_overhead: int = 0, recv_ov
     for ops, out, begin in zip(compiled.ops, records, begins):
         env.process(
             _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overhead, recv_overhead, out,
-                          shared, wire, begin, growth, horizon)
+                          shared, wire, begin, growth, horizon, reached, wake)
         )
     env.run()
     return records
@@ -460,10 +466,12 @@ class Wire:
 
 def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overhead, recv_overhead, out: RankRecord,
                   shared: "Processors | None" = None, wire: "Wire | None" = None, begin: int = 0,
-                  growth: float = 0.0, horizon: int = 0):
+                  growth: float = 0.0, horizon: int = 0, reached: list[int] | None = None, wake: int = 0):
     """Walk one rank's ops from `begin` ns on, recording into `out` as it goes (compute on
     `shared` processors when given, else on the rank's own; transfers on `wire` when given; a
-    compute action's duration times growth_factor(growth, horizon, its start))."""
+    compute action's duration times growth_factor(growth, horizon, its start); `reached`: when
+    each transfer's receiver reached its RECV, -1 before, shared by the ranks, so that a SEND
+    whose receiver waits costs `wake` ns more)."""
     timeout = env.timeout
     record = out.times.append
     memory = out.memory
@@ -509,16 +517,19 @@ def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overh
             if free:
                 held -= free
                 memory.append((now, held))
-        elif code == _SEND and wire is not None:
-            _, tid, duration, link, factor = op
-            record(now)
-            record(-1)  # the arrival, written by the wire
-            wire.send(tid, duration, factor, link, out.times, len(out.times) - 1)
-            if send_overhead:
-                yield timeout(send_overhead)
-                now += send_overhead
         elif code == _SEND:
-            _, tid, duration, link, _ = op
+            _, tid, duration, link, factor, rank_factor = op
+            cost = send_overhead + (wake if reached is not None and 0 <= reached[tid] < now else 0)
+            if rank_factor != 1.0:
+                cost = round(cost * rank_factor)
+            if wire is not None:
+                record(now)
+                record(-1)  # the arrival, written by the wire
+                wire.send(tid, duration, factor, link, out.times, len(out.times) - 1)
+                if cost:
+                    yield timeout(cost)
+                    now += cost
+                continue
             start = now
             if contention:
                 busy_until = link_free[link]
@@ -531,9 +542,9 @@ def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overh
                 waiter.succeed()
             record(start)
             record(start + duration)
-            if send_overhead:
-                yield timeout(send_overhead)
-                now += send_overhead
+            if cost:
+                yield timeout(cost)
+                now += cost
         elif code == _REDUCE:
             start = max(now, collective_free)
             collective_free = start + op[1]
@@ -541,7 +552,9 @@ def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overh
             record(collective_free)
         else:
             tid = op[1]
-            reached = now
+            reach = now
+            if reached is not None:
+                reached[tid] = now
             arrival = arrivals[tid]
             if arrival < 0:
                 event = env.event()
@@ -549,11 +562,11 @@ def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overh
                 yield event
                 now = env.now
                 arrival = arrivals[tid]
-            done = max(arrival, reached + recv_overhead)
+            done = max(arrival, reach + recv_overhead)
             if done > now:
                 yield timeout(done - now)
                 now = done
-            record(reached)
+            record(reach)
             record(now)
     out.busy, out.first, out.last, out.peak, out.work = busy, first, last, peak, work
 

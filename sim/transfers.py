@@ -43,6 +43,8 @@ class TransferRow(NamedTuple):
     segments: tuple[tuple[float, int], ...] = ()
     sender: int = 0
     receiver: int = 0
+    step: int = 0
+    sending: str = ""  # its SEND's action (the timeline's label)
 
     @property
     def load(self) -> float:
@@ -55,6 +57,12 @@ class TransferRow(NamedTuple):
         """Whether its receiver was waiting when it was sent (so its RECV's end is its arrival)."""
         return self.reached <= self.sent and self.received > self.sent
 
+    @property
+    def woke(self) -> bool:
+        """Whether its receiver had reached its RECV before it was sent, so that its arrival
+        wakes a rank that waits (sim.costs ``wake_overhead``)."""
+        return self.reached < self.sent
+
 
 class StepTransfers(NamedTuple):
     """One step's transfers and compute rows, each on its own rank's clock."""
@@ -63,6 +71,8 @@ class StepTransfers(NamedTuple):
     rank: np.ndarray  # per compute row
     start: np.ndarray
     end: np.ndarray
+    step: int = 0
+    sending: tuple[str, ...] = ()  # per transfer in `found`: its SEND's action
 
 
 class RunningCount:
@@ -205,15 +215,17 @@ def step_transfers(run: MeasuredRun) -> list[StepTransfers]:
     """Every step's transfers and compute rows, as measured (each rank's own clock)."""
     transfer_of = {str(a): a.transfer for stream in run.program.streams for a in stream if a.kind.is_comm}
     out = []
-    for _, rows in run.step_frames():
+    for step, rows in run.step_frames():
         sends = rows[rows["kind"].isin(SEND_NAMES)]
         sent = {transfer_of[a]: (r, t) for a, r, t in zip(sends["action"], sends["rank"], sends["start"])}
+        label = {transfer_of[a]: a for a in sends["action"]}
         recvs = rows[rows["kind"].isin(RECV_NAMES)]
         found = tuple((*sent[transfer_of[a]], r, start, end)
                       for a, r, start, end in zip(recvs["action"], recvs["rank"], recvs["start"], recvs["end"]))
         compute = rows[rows["kind"].isin(COMPUTE_NAMES)]
         out.append(StepTransfers(found, compute["rank"].to_numpy(), compute["start"].to_numpy(),
-                                 compute["end"].to_numpy()))
+                                 compute["end"].to_numpy(), step,
+                                 tuple(label[transfer_of[a]] for a in recvs["action"])))
     return out
 
 
@@ -222,9 +234,10 @@ def aligned(step: StepTransfers, offset: np.ndarray) -> list[TransferRow]:
     shift = offset[step.rank]
     computing = RunningCount(step.start + shift, step.end + shift)
     rows = []
-    for sender, at, receiver, start, end in step.found:
+    labels = step.sending or ("",) * len(step.found)
+    for (sender, at, receiver, start, end), label in zip(step.found, labels):
         at, start, end = at + offset[sender], start + offset[receiver], end + offset[receiver]
-        rows.append(TransferRow(at, start, end, computing.segments(at, end), sender, receiver))
+        rows.append(TransferRow(at, start, end, computing.segments(at, end), sender, receiver, step.step, label))
     return rows
 
 

@@ -56,6 +56,7 @@ DISPATCH = 5_000 * NS  # the executor's gap after each compute action
 SWITCH = {"F": 120_000 * NS, "B": 250_000 * NS}  # extra for an action not repeating the previous one
 DISCOUNT = {"F": 0.0, "B": 0.0}  # what a long run of repeats saves (sim.costs.repeat_factor)
 SEND = 200_000 * NS
+WAKE = 0.0  # more per SEND whose receiver already waits (none unless a test sets it)
 RECV = 30_000 * NS
 STEP = 500_000 * NS
 BANDWIDTH = 2_097_152_000.0  # bytes/s: 512 KiB in 250 us
@@ -95,7 +96,7 @@ def true_costs(num_stages: int) -> CostModel:
         forward=per["F"], backward_full=per["B"],
         forward_split=[split_forward_value(r, n) + DISPATCH for r, n in zip(roles, counts)], p2p_latency=LATENCY, p2p_bandwidth=BANDWIDTH,
         p2p_activation_bytes=BOUNDARY, activation_memory=[ACT_FIXED[r] + n * ACT_PER_LAYER for r, n in zip(roles, counts)],
-        send_overhead=SEND, recv_overhead=RECV, step_overhead=STEP,
+        send_overhead=SEND, wake_overhead=WAKE, recv_overhead=RECV, step_overhead=STEP,
         switch_forward=SWITCH["F"], switch_backward=SWITCH["B"], repeat_discount_forward=DISCOUNT["F"],
         repeat_discount_backward=DISCOUNT["B"], place_factors=PLACES, cores=CORES, idle_share=IDLE,
         p2p_load_latency=LOAD, post_overhead=POST, post_ahead=POST_AHEAD, compute_growth=GROWTH[0],
@@ -252,6 +253,54 @@ def test_calibration_recovers_every_parameter(calibration_run):
     assert c.activation.per_layer == pytest.approx(ACT_PER_LAYER)
     assert {r: round(v) for r, v in c.activation.fixed.items()} == ACT_FIXED
     assert (c.rows, c.num_layers, c.boundary_bytes, dict(c.model)) == (ROWS, LAYERS, BOUNDARY, MODEL)
+
+
+@pytest.mark.parametrize("clocks", [None, "host"])
+def test_a_send_that_wakes_its_receiver_is_recovered(tmp_path, monkeypatch, clocks):
+    """A machine where a SEND whose receiver already waits costs its sender 70 us more (sim.costs
+    ``wake_overhead``): the calibration tells the two kinds of SEND apart (a 1F1B run at p=2 has
+    both), gives back the send overhead and the wake exactly, with no send spread (every SEND's
+    gap is its fit's), replays its run and predicts other schedules to the engine's rounding.
+    Without the wake column the mean of the two kinds misses the held-out runs."""
+    monkeypatch.setitem(globals(), "WAKE", 70_000 * NS)
+    write_run(tmp_path / "calib", "1f1b", 8, profile=True, clocks=clocks)
+    run = read_measured(tmp_path / "calib")
+    woke = [t.woke for t in transfer_rows(run)]
+    assert any(woke) and not all(woke)
+    c = calibrate(run)
+    assert (c.send_overhead, c.wake_overhead) == pytest.approx((SEND, WAKE), abs=1e-12)
+    assert c.send_spread == ()
+    comparison, _ = compare_run(run, c.for_run(run))
+    assert abs(comparison.step_time_error) < 1e-9
+    for other, m, k in (("gpipe", 4, None), ("zb-h1", 6, None), ("interleaved", 4, 2)):
+        truth = write_run(tmp_path / f"{other}-{m}", other, m, k)
+        schedule = schedules.build(other, ranks=2, microbatches=m, chunks=k)
+        assert simulate(schedule, c.cost_model(schedule.num_stages)).step_time == pytest.approx(truth, rel=1e-9)
+    share = float(np.mean([t.woke for t in transfer_rows(run)]))
+    mean_only = dataclasses.replace(c, send_overhead=SEND + share * WAKE, wake_overhead=0.0)
+    errors = [simulate(schedule, x.cost_model(schedule.num_stages)).step_time / truth - 1 for x in (c, mean_only)]
+    assert abs(errors[0]) < 1e-9 < 1e-4 < abs(errors[1])
+
+
+def test_a_sends_own_spread_is_fitted_from_its_gaps(tmp_path):
+    """Gaps after SENDs that vary around their fit give the send spread: each SEND's gap over
+    the fit, as quantiles scaled to mean 1; the gaps after compute actions do not enter it."""
+    write_run(tmp_path / "calib", "1f1b", 8)
+    path = tmp_path / "calib" / "timeline.csv"
+    import pandas as pd
+
+    timeline = pd.read_csv(path)
+    longer = 300_000 * NS
+    # every second SEND of rank 0 in step 1 keeps its rank 300 us longer: the rows after it move
+    rows = timeline[(timeline["step"] == 1) & (timeline["rank"] == 0)]
+    sends = rows.index[rows["kind"].str.startswith("SEND")][::2]
+    for index in sends:
+        later = rows.index[rows.index > index]
+        timeline.loc[later, ["start", "end"]] += longer
+    timeline.to_csv(path, index=False)
+    c = calibrate(read_measured(tmp_path / "calib"))
+    assert c.send_spread and np.mean(c.send_spread) == pytest.approx(1.0, abs=0.02)
+    assert max(c.send_spread) > 1.5 and min(c.send_spread) < 1.0
 
 
 def test_replay_of_the_calibration_run_is_exact(calibration_run):
@@ -946,7 +995,7 @@ def test_compare_measured_with_a_calibration_of_another_model(calibration_run, t
 
 
 def test_cost_model_overheads_are_validated():
-    for name in ("send_overhead", "recv_overhead", "step_overhead"):
+    for name in ("send_overhead", "wake_overhead", "recv_overhead", "step_overhead"):
         with pytest.raises(CostError, match=name):
             CostModel(forward=1.0, backward_input=1.0, **{name: -1.0})
     assert not math.isnan(CostModel(forward=1.0, backward_input=1.0, step_overhead=0.5).step_overhead)

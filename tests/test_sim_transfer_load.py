@@ -95,3 +95,31 @@ def test_no_load_is_the_plain_engine() -> None:
 def test_load_latency_is_validated() -> None:
     with pytest.raises(CostError, match="p2p_load_latency must be a finite number >= 0"):
         CostModel(forward=1.0, backward_full=2.0, p2p_load_latency=-0.1)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_send_that_wakes_its_receiver_costs_its_rank_more(seed: int) -> None:
+    """Random schedules, with and without the load law and shared cores: a rank moves on from
+    each SEND send_overhead after it, and wake_overhead more where the transfer's RECV started
+    strictly earlier (its receiver waits for it), read from the result's own rows; both kinds
+    occur."""
+    rng = random.Random(100 + seed)
+    name = rng.choice(["gpipe", "1f1b", "interleaved", "zb-h1", "zbv"])
+    p = rng.choice([2, 4])
+    schedule = schedules.build(name, ranks=p, microbatches=2 * p, chunks=2 if name == "interleaved" else None)
+    send, wake = 0.02, 0.07
+    model = CostModel(forward=rng.uniform(0.5, 2), backward_input=rng.uniform(0.5, 2),
+                      backward_weight=rng.uniform(0.1, 1), p2p_latency=rng.uniform(0.01, 0.2),
+                      p2p_load_latency=rng.choice([0.0, 0.3]), link_contention=False, send_overhead=send,
+                      wake_overhead=wake, cores=rng.choice([None, 1]))
+    got = rows(simulate(schedule, model))
+    streams = schedules.lower(schedule).streams
+    receive = {a.transfer: str(a) for stream in streams for a in stream if a.kind.is_recv}
+    woke = []
+    for stream in streams:
+        for action, following in zip(stream, stream[1:]):
+            if action.kind.is_send:
+                start = got[str(action)][0]
+                woke.append(got[receive[action.transfer]][0] < start)
+                assert got[str(following)][0] - start == pytest.approx(send + wake * woke[-1], abs=1e-8)
+    assert any(woke) and not all(woke)
