@@ -18,7 +18,15 @@ prints:
   right; ``step mean`` vs ``trace`` is what replaying mean costs loses to the spread of the
   durations (a step's makespan is a max over paths);
 - the self-replay with typical costs, then adding the compute spread, the transfer spread, the
-  send spread and the rank, step and step overhead spreads (all: the calibration's model).
+  send spread and the rank, step and step overhead spreads (all: the calibration's model);
+- **replays with more of the step measured**: every compute row as measured on a core of its
+  own, every transfer its own time (SEND start to arrival: a waiting receiver's RECV end, else
+  that RECV's end less the least RECV time; where the receiver came after the data, the law's
+  time, at most until it came) and each SEND's time on its rank either its own gap to the next
+  row, the calibration's (send overhead, the wake where its receiver waited; no spread) or one
+  constant, the mean gap; and the calibration's SENDs with the transfer law instead. Each with
+  the gap after a SEND by kind (its receiver waiting or not): what README's "A send that wakes
+  its receiver" quotes.
 
 Writes nothing; the numbers are what README's "Where the time goes at small microbatches" quotes.
 """
@@ -38,7 +46,7 @@ from schedules.errors import ScheduleError  # noqa: E402
 from schedules.ir import COMPUTE_NAMES, SEND_NAMES  # noqa: E402
 from sim.costs import CostError  # noqa: E402
 from sim.calibration import calibrate, compute_frame  # noqa: E402
-from sim.engine import Compiled, _COMPUTE, compile_program, replay  # noqa: E402
+from sim.engine import Compiled, _COMPUTE, _SEND, compile_program, replay  # noqa: E402
 from sim.measured import read_measured  # noqa: E402
 
 NS = 1e9
@@ -59,6 +67,94 @@ def replay_with(compiled: Compiled, resolved, durations: list[list[float]]) -> f
                      resolved.recv_overhead, resolved.cores, resolved.transfer_load, resolved.idle_share,
                      wake=resolved.wake_overhead)
     return max(r.last if r.times else 0 for r in records) / NS
+
+
+def step_replay(compiled: Compiled, durations: list, transfers: dict[int, float] | None,
+                sends: list | None, send_ns: int, wake_ns: int, resolved) -> float:
+    """Span (s: first row's start to last row's end) of one step with each compute op's duration (seconds, per rank in stream
+    order), each transfer's time (`transfers`: transfer id -> seconds; None: the law of
+    `resolved`) and each SEND's rank time (`sends`: per rank, seconds per SEND in stream order,
+    through the op's rank factor; None: `send_ns` plus `wake_ns` where its receiver waits)."""
+    ops = []
+    for rank, (rank_ops, rank_durations) in enumerate(zip(compiled.ops, durations)):
+        row, k = [], 0
+        for op, d in zip(rank_ops, rank_durations):
+            if op[0] == _COMPUTE:
+                op = (_COMPUTE, round(d * NS), op[2], op[3])
+            elif op[0] == _SEND:
+                time = op[2] if transfers is None else round(transfers[op[1]] * NS)
+                factor = 1.0
+                if sends is not None:
+                    factor = sends[rank][k] * NS / max(send_ns, 1)
+                    k += 1
+                op = (_SEND, op[1], time, op[3], 1.0, factor)
+            row.append(op)
+        ops.append(tuple(row))
+    measured = transfers is not None
+    records = replay(dataclasses.replace(compiled, ops=tuple(ops)), resolved.contention and not measured,
+                     max(send_ns, 1) if sends is not None else send_ns, resolved.recv_overhead, 0,
+                     0 if measured else resolved.transfer_load, 0.0, wake=0 if sends is not None else wake_ns)
+    return (max(r.times[-1] for r in records if r.times) - min(r.times[0] for r in records if r.times)) / NS
+
+
+def measured_sends(run, cal, compiled: Compiled, resolved) -> dict[str, float]:
+    """Print the gap after a SEND by kind and the replays with more of the step measured (module
+    docstring); returns each replay's median error over the steps ("own", "model", "mean",
+    "law")."""
+    transfer_of = {str(a): a.transfer.number(run.program.schedule.microbatches)
+                   for stream in run.program.streams for a in stream if a.kind.is_comm}
+    law = (cal.p2p_latency + run.boundary_bytes[0] / cal.p2p_bandwidth if run.boundary_bytes else cal.p2p_latency)
+    variants: dict[str, list[float]] = {k: [] for k in ("own", "model", "mean", "law")}
+    gaps: dict[bool, list[float]] = {True: [], False: []}
+    per_step, spans = [], []
+    for _, f in run.step_frames():
+        spans.append(f["end"].max() - f["start"].min())
+        reach = {transfer_of[a]: (s, e) for a, s, e, k in zip(f["action"], f["start"], f["end"], f["kind"])
+                 if k not in SEND_NAMES and a in transfer_of}
+        sent = {transfer_of[a]: s for a, s, k in zip(f["action"], f["start"], f["kind"]) if k in SEND_NAMES}
+        transfers = {}
+        for tid, at in sent.items():
+            start, end = reach[tid]
+            if start <= at or end - start > 2 * cal.recv_overhead:  # the data came while it waited
+                transfers[tid] = max(end - (cal.recv_overhead if start > at else 0.0) - at, 0.0)
+            else:
+                transfers[tid] = max(min(law, start - at), 0.0)
+        durations, own = [], []
+        for rank in range(run.program.schedule.ranks):
+            rows = f[f["rank"] == rank]
+            kinds, starts = rows["kind"].to_numpy(), rows["start"].to_numpy()
+            durations.append(list((rows["end"] - rows["start"]).to_numpy() + cal.dispatch_overhead))
+            mine = []
+            for i, (kind, action) in enumerate(zip(kinds, rows["action"])):
+                if kind in SEND_NAMES:
+                    gap = starts[i + 1] - starts[i] if i + 1 < len(starts) else cal.send_overhead
+                    mine.append(gap)
+                    if i + 1 < len(starts):
+                        gaps[reach[transfer_of[action]][0] < starts[i]].append(gap)
+            own.append(mine)
+        per_step.append((durations, transfers, own))
+    mean_gap = float(np.mean(gaps[True] + gaps[False])) if gaps[True] or gaps[False] else cal.send_overhead
+    send_ns, wake_ns = round(cal.send_overhead * NS), round(cal.wake_overhead * NS)
+    for durations, transfers, own in per_step:
+        variants["own"].append(step_replay(compiled, durations, transfers, own, send_ns, wake_ns, resolved))
+        variants["model"].append(step_replay(compiled, durations, transfers, None, send_ns, wake_ns, resolved))
+        variants["mean"].append(step_replay(compiled, durations, transfers, None, round(mean_gap * NS), 0,
+                                            resolved))
+        variants["law"].append(step_replay(compiled, durations, None, None, send_ns, wake_ns, resolved))
+    for woke, label in ((True, "its receiver waiting"), (False, "the others")):
+        v = np.array(gaps[woke]) * 1e6
+        if len(v):
+            print(f"gap after a SEND, {label}: {len(v)}, mean {v.mean():.0f} us, median {np.median(v):.0f}, "
+                  f"90th percentile {np.percentile(v, 90):.0f}")
+    measured = np.array(spans)
+    labels = {"own": "each SEND its own gap", "model": "the calibration's SENDs (send, wake)",
+              "mean": f"one constant, the mean gap {mean_gap * 1e6:.0f} us",
+              "law": "the calibration's SENDs, transfers by the law"}
+    errors = {k: float(np.median(np.array(v) / measured)) - 1 for k, v in variants.items()}
+    print("replays with compute rows and transfers as measured (no sharing), span (first row's start to last "
+          "row's end) over the step's measured, median over steps: " + "; ".join(
+              f"{labels[k]} {errors[k]:+.1%}" for k in variants))
+    return errors
 
 
 def diagnose(path: str) -> None:
@@ -158,6 +254,7 @@ def diagnose(path: str) -> None:
     per_step = trace / mk - 1
     print(f"trace replay error per step: median {np.median(per_step):+.1%}, min {per_step.min():+.1%}, "
           f"max {per_step.max():+.1%}")
+    measured_sends(run, cal, compiled, resolved)
 
 
 def main(argv: list[str] | None = None) -> int:

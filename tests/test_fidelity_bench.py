@@ -46,6 +46,29 @@ def test_diagnose_refuses_a_missing_run_with_one_line(tmp_path, capsys):
     assert err.count("\n") == 0 and "does not exist" in err
 
 
+def test_diagnose_replays_a_synthetic_run_with_its_own_sends_exactly(tmp_path, monkeypatch):
+    """On a run the engine made (test_calibrate's machine, where a SEND whose receiver waits
+    costs 300 us more), the replays with compute and transfers as measured are exact with each
+    SEND's own gap and with the calibration's (send, wake), and miss with one constant (the
+    mean gap) where the two kinds of SEND differ."""
+    import test_calibrate
+
+    from sim.calibration import calibrate
+    from sim.engine import compile_program
+    from sim.measured import read_measured
+
+    monkeypatch.setattr(test_calibrate, "WAKE", 300e-6)
+    monkeypatch.setattr(test_calibrate, "DISPATCH", 0.0)  # a measured row ends at its action's end
+    test_calibrate.write_run(tmp_path / "run", "1f1b", 8, profile=True, clocks="host")
+    diagnose = load_script(SCRIPT.parent / "fidelity_diagnose.py")
+    run = read_measured(tmp_path / "run")
+    cal = calibrate(run)
+    resolved = cal.for_run(run).for_schedule(run.program.schedule)
+    errors = diagnose.measured_sends(run, cal, compile_program(run.program, resolved), resolved)
+    assert abs(errors["own"]) < 1e-9 and abs(errors["model"]) < 1e-9
+    assert abs(errors["mean"]) > 2e-3
+
+
 def test_an_unknown_group_is_refused_before_any_run(tmp_path):
     """A misspelt --groups name used to select nothing and end with empty tables; now it is an
     error naming it, before the output directory is made."""
