@@ -17,14 +17,15 @@ prints:
   ``trace`` vs measured says whether the dependency structure, transfers and overheads are
   right; ``step mean`` vs ``trace`` is what replaying mean costs loses to the spread of the
   durations (a step's makespan is a max over paths);
-- the self-replay with typical costs, then adding the compute spread, the transfer spread, the
-  send spread and the rank, step and step overhead spreads (all: the calibration's model);
+- the self-replay with typical costs, then adding the compute spread, the transfer spread and
+  the rank, step and step overhead spreads (all: the calibration's model);
 - **replays with more of the step measured**: every compute row as measured on a core of its
   own, every transfer its own time (SEND start to arrival: a waiting receiver's RECV end, else
   that RECV's end less the least RECV time; where the receiver came after the data, the law's
   time, at most until it came) and each SEND's time on its rank either its own gap to the next
-  row, the calibration's (send overhead, the wake where its receiver waited; no spread) or one
-  constant, the mean gap; and the calibration's SENDs with the transfer law instead. Each with
+  row, the calibration's (send overhead, and the wake where its receiver waited while the
+  computing ranks and the sender filled the cores) or one constant, the mean gap; and the
+  calibration's SENDs with each transfer the law's time at the loads it met. Each with
   the gap after a SEND by kind (its receiver waiting or not): what README's "A send that wakes
   its receiver" quotes.
 
@@ -45,9 +46,10 @@ import numpy as np  # noqa: E402
 from schedules.errors import ScheduleError  # noqa: E402
 from schedules.ir import COMPUTE_NAMES, SEND_NAMES  # noqa: E402
 from sim.costs import CostError  # noqa: E402
-from sim.calibration import calibrate, compute_frame  # noqa: E402
+from sim.calibration import calibrate, compute_frame, shared_cores  # noqa: E402
 from sim.engine import Compiled, _COMPUTE, _SEND, compile_program, replay  # noqa: E402
 from sim.measured import read_measured  # noqa: E402
+from sim.transfers import TransferRow, law_time, transfer_rows  # noqa: E402
 
 NS = 1e9
 
@@ -69,87 +71,86 @@ def replay_with(compiled: Compiled, resolved, durations: list[list[float]]) -> f
     return max(r.last if r.times else 0 for r in records) / NS
 
 
-def step_replay(compiled: Compiled, durations: list, transfers: dict[int, float] | None,
-                sends: list | None, send_ns: int, wake_ns: int, resolved) -> float:
-    """Span (s: first row's start to last row's end) of one step with each compute op's duration (seconds, per rank in stream
-    order), each transfer's time (`transfers`: transfer id -> seconds; None: the law of
-    `resolved`) and each SEND's rank time (`sends`: per rank, seconds per SEND in stream order,
-    through the op's rank factor; None: `send_ns` plus `wake_ns` where its receiver waits)."""
+def step_replay(compiled: Compiled, durations: list, transfers: dict[int, float], sends: list,
+                recv_ns: int) -> float:
+    """Span (s: first row's start to last row's end) of one step with each compute op's duration
+    (seconds, per rank in stream order), each transfer's time (transfer id -> seconds) and each
+    SEND's time on its rank (per rank, seconds per SEND in stream order: a compute op after it,
+    which takes nothing from anyone here: no shared cores, no load-dependent transfers)."""
     ops = []
-    for rank, (rank_ops, rank_durations) in enumerate(zip(compiled.ops, durations)):
-        row, k = [], 0
+    for rank_ops, rank_durations, rank_sends in zip(compiled.ops, durations, sends):
+        row, own = [], iter(rank_sends)
         for op, d in zip(rank_ops, rank_durations):
             if op[0] == _COMPUTE:
-                op = (_COMPUTE, round(d * NS), op[2], op[3])
+                row.append((_COMPUTE, round(d * NS), op[2], op[3]))
             elif op[0] == _SEND:
-                time = op[2] if transfers is None else round(transfers[op[1]] * NS)
-                factor = 1.0
-                if sends is not None:
-                    factor = sends[rank][k] * NS / max(send_ns, 1)
-                    k += 1
-                op = (_SEND, op[1], time, op[3], 1.0, factor)
-            row.append(op)
+                row += [(_SEND, op[1], round(transfers[op[1]] * NS), op[3], 1.0), (_COMPUTE, round(next(own) * NS), 0, 0)]
+            else:
+                row.append(op)
         ops.append(tuple(row))
-    measured = transfers is not None
-    records = replay(dataclasses.replace(compiled, ops=tuple(ops)), resolved.contention and not measured,
-                     max(send_ns, 1) if sends is not None else send_ns, resolved.recv_overhead, 0,
-                     0 if measured else resolved.transfer_load, 0.0, wake=0 if sends is not None else wake_ns)
+    records = replay(dataclasses.replace(compiled, ops=tuple(ops)), False, 0, recv_ns)
     return (max(r.times[-1] for r in records if r.times) - min(r.times[0] for r in records if r.times)) / NS
 
 
-def measured_sends(run, cal, compiled: Compiled, resolved) -> dict[str, float]:
+def measured_sends(run, cal, compiled: Compiled) -> dict[str, float]:
     """Print the gap after a SEND by kind and the replays with more of the step measured (module
     docstring); returns each replay's median error over the steps ("own", "model", "mean",
     "law")."""
-    transfer_of = {str(a): a.transfer.number(run.program.schedule.microbatches)
-                   for stream in run.program.streams for a in stream if a.kind.is_comm}
-    law = (cal.p2p_latency + run.boundary_bytes[0] / cal.p2p_bandwidth if run.boundary_bytes else cal.p2p_latency)
+    m = run.program.schedule.microbatches
+    number = {str(a): a.transfer.number(m) for stream in run.program.streams for a in stream if a.kind.is_send}
+    cores = shared_cores(run)
+    law = (cal.p2p_latency + (run.boundary_bytes[0] / cal.p2p_bandwidth if run.boundary_bytes else 0.0),
+           cal.p2p_load_latency)
+    by_step: dict[int, dict[str, TransferRow]] = {}
+    for t in transfer_rows(run, loads=cores is not None):
+        by_step.setdefault(t.step, {})[t.sending] = t
     variants: dict[str, list[float]] = {k: [] for k in ("own", "model", "mean", "law")}
     gaps: dict[bool, list[float]] = {True: [], False: []}
-    per_step, spans = [], []
-    for _, f in run.step_frames():
-        spans.append(f["end"].max() - f["start"].min())
-        reach = {transfer_of[a]: (s, e) for a, s, e, k in zip(f["action"], f["start"], f["end"], f["kind"])
-                 if k not in SEND_NAMES and a in transfer_of}
-        sent = {transfer_of[a]: s for a, s, k in zip(f["action"], f["start"], f["kind"]) if k in SEND_NAMES}
-        transfers = {}
-        for tid, at in sent.items():
-            start, end = reach[tid]
-            if start <= at or end - start > 2 * cal.recv_overhead:  # the data came while it waited
-                transfers[tid] = max(end - (cal.recv_overhead if start > at else 0.0) - at, 0.0)
+    steps = []
+    for step, f in run.step_frames():
+        rows = by_step.get(step, {})
+        own_time, law_time_of, woke = {}, {}, {}
+        for label, t in rows.items():
+            by_law = law_time(t.segments, *law).time if t.segments else law[0]
+            if t.reached <= t.sent or t.received - t.reached > 2 * cal.recv_overhead:  # it came while it waited
+                own_time[number[label]] = max(t.received - (cal.recv_overhead if t.reached > t.sent else 0.0) - t.sent, 0.0)
             else:
-                transfers[tid] = max(min(law, start - at), 0.0)
-        durations, own = [], []
+                own_time[number[label]] = max(min(by_law, t.reached - t.sent), 0.0)
+            law_time_of[number[label]] = by_law
+            # the calibration's wake: its receiver waited and the computing ranks and the sender filled the cores
+            woke[label] = cores is not None and t.woke and bool(t.segments) and t.segments[0][1] + 1 >= cores
+        durations, own, model = [], [], []
         for rank in range(run.program.schedule.ranks):
-            rows = f[f["rank"] == rank]
-            kinds, starts = rows["kind"].to_numpy(), rows["start"].to_numpy()
-            durations.append(list((rows["end"] - rows["start"]).to_numpy() + cal.dispatch_overhead))
-            mine = []
-            for i, (kind, action) in enumerate(zip(kinds, rows["action"])):
-                if kind in SEND_NAMES:
-                    gap = starts[i + 1] - starts[i] if i + 1 < len(starts) else cal.send_overhead
-                    mine.append(gap)
-                    if i + 1 < len(starts):
-                        gaps[reach[transfer_of[action]][0] < starts[i]].append(gap)
-            own.append(mine)
-        per_step.append((durations, transfers, own))
-    mean_gap = float(np.mean(gaps[True] + gaps[False])) if gaps[True] or gaps[False] else cal.send_overhead
-    send_ns, wake_ns = round(cal.send_overhead * NS), round(cal.wake_overhead * NS)
-    for durations, transfers, own in per_step:
-        variants["own"].append(step_replay(compiled, durations, transfers, own, send_ns, wake_ns, resolved))
-        variants["model"].append(step_replay(compiled, durations, transfers, None, send_ns, wake_ns, resolved))
-        variants["mean"].append(step_replay(compiled, durations, transfers, None, round(mean_gap * NS), 0,
-                                            resolved))
-        variants["law"].append(step_replay(compiled, durations, None, None, send_ns, wake_ns, resolved))
-    for woke, label in ((True, "its receiver waiting"), (False, "the others")):
-        v = np.array(gaps[woke]) * 1e6
+            mine = f[f["rank"] == rank]
+            kinds, starts, labels = mine["kind"].to_numpy(), mine["start"].to_numpy(), mine["action"].to_numpy()
+            durations.append(list((mine["end"] - mine["start"]).to_numpy() + cal.dispatch_overhead))
+            sent = [i for i, kind in enumerate(kinds) if kind in SEND_NAMES]
+            own.append([starts[i + 1] - starts[i] if i + 1 < len(starts) else cal.send_overhead for i in sent])
+            model.append([cal.send_overhead + cal.wake_overhead * woke.get(labels[i], False) for i in sent])
+            for i in sent:
+                if i + 1 < len(starts):
+                    gaps[rows[labels[i]].reached < starts[i]].append(starts[i + 1] - starts[i])
+        steps.append((f["end"].max() - f["start"].min(), durations, own_time, law_time_of, own, model))
+    every = gaps[True] + gaps[False]
+    mean_gap = float(np.mean(every)) if every else cal.send_overhead
+    recv_ns = round(cal.recv_overhead * NS)
+    spans = []
+    for span, durations, own_time, law_time_of, own, model in steps:
+        spans.append(span)
+        constant = [[mean_gap] * len(row) for row in own]
+        variants["own"].append(step_replay(compiled, durations, own_time, own, recv_ns))
+        variants["model"].append(step_replay(compiled, durations, own_time, model, recv_ns))
+        variants["mean"].append(step_replay(compiled, durations, own_time, constant, recv_ns))
+        variants["law"].append(step_replay(compiled, durations, law_time_of, model, recv_ns))
+    for waited, label in ((True, "its receiver waiting"), (False, "the others")):
+        v = np.array(gaps[waited]) * 1e6
         if len(v):
             print(f"gap after a SEND, {label}: {len(v)}, mean {v.mean():.0f} us, median {np.median(v):.0f}, "
                   f"90th percentile {np.percentile(v, 90):.0f}")
     measured = np.array(spans)
     labels = {"own": "each SEND its own gap", "model": "the calibration's SENDs (send, wake)",
               "mean": f"one constant, the mean gap {mean_gap * 1e6:.0f} us",
-              "law": "the calibration's SENDs, transfers by the law"}
+              "law": "the calibration's SENDs, transfers by the law at the loads they met"}
     errors = {k: float(np.median(np.array(v) / measured)) - 1 for k, v in variants.items()}
     print("replays with compute rows and transfers as measured (no sharing), span (first row's start to last "
           "row's end) over the step's measured, median over steps: " + "; ".join(
@@ -240,21 +241,20 @@ def diagnose(path: str) -> None:
           f"({np.median(trace) / np.median(mk) - 1:+.1%}); step-mean replay {np.median(mean_rep):.2f} "
           f"({np.median(mean_rep) / np.median(mk) - 1:+.1%}); calibrated replay {sim.makespan * 1e3:.2f} "
           f"({sim.makespan * 1e3 / np.median(mk) - 1:+.1%})")
-    plain = dataclasses.replace(costs, duration_spread=(), transfer_spread=(), send_spread=(), rank_spread=(),
-                                step_spread=(), step_overhead_spread=())
-    compute_only = dataclasses.replace(costs, transfer_spread=(), send_spread=(), rank_spread=(), step_spread=(),
+    plain = dataclasses.replace(costs, duration_spread=(), transfer_spread=(), rank_spread=(), step_spread=(),
+                                step_overhead_spread=())
+    compute_only = dataclasses.replace(costs, transfer_spread=(), rank_spread=(), step_spread=(),
                                        step_overhead_spread=())
-    no_send = dataclasses.replace(costs, send_spread=(), rank_spread=(), step_spread=(), step_overhead_spread=())
     no_rank = dataclasses.replace(costs, rank_spread=(), step_spread=(), step_overhead_spread=())
     ms = np.median(st)
     print("self-replay step time vs measured median: " + "; ".join(
         f"{label} {simulate(program, c).step_time * 1e3:.2f} ms ({simulate(program, c).step_time * 1e3 / ms - 1:+.1%})"
-        for label, c in (("typical costs", plain), ("+ compute spread", compute_only), ("+ transfer spread", no_send),
-                         ("+ send spread", no_rank), ("+ rank, step and step overhead spreads", costs))))
+        for label, c in (("typical costs", plain), ("+ compute spread", compute_only), ("+ transfer spread", no_rank),
+                         ("+ rank, step and step overhead spreads", costs))))
     per_step = trace / mk - 1
     print(f"trace replay error per step: median {np.median(per_step):+.1%}, min {per_step.min():+.1%}, "
           f"max {per_step.max():+.1%}")
-    measured_sends(run, cal, compiled, resolved)
+    measured_sends(run, cal, compiled)
 
 
 def main(argv: list[str] | None = None) -> int:

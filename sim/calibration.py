@@ -115,15 +115,18 @@ Fitted parameters (seconds unless noted), each from the statistic named:
   +21%). ``dispatch_overhead`` is added to every compute action; ``send_overhead`` is
   the SEND constant; ``wake_overhead`` the constant of one more column, a SEND whose
   receiver had reached its RECV strictly before it (sim.transfers.TransferRow.woke, on the
-  step's common clock): where ranks share cores the sender then lost its core for a while
+  step's common clock) while the ranks computing at its start and the sender filled the cores
+  they shared (runs whose ranks shared cores only): the sender then lost its core for a while
   (README, "A send that wakes its receiver"); ``recv_overhead`` is the RECV constant plus
   the posting cost plus the time to complete a receive whose data is already there (the
   mean RECV row of receives reached once the transfer law below had done their whole
   transfer; without any, the 10th percentile of RECV rows).
-- **send_spread**: each gap after a SEND over its fit (the SEND constant, the wake where it woke
-  its receiver, the posted receives' cost), as SPREAD_QUANTILES quantiles scaled to mean 1: on
-  four ranks sharing two cores most SENDs cost their rank 50-70 us and one in ten 0.5-1 ms, and
-  a step's makespan is a max over paths, so their mean alone replays it short.
+- **No send spread**: the gaps after a SEND spread widely where ranks share cores (on four
+  ranks on two cores most cost 50-70 us, one in ten 0.5-1 ms); drawn per SEND like the transfer
+  spread, their spread mended the calibration runs' own replays (mlp 8 rows p=4 interleaved
+  -3.5% against -5.6%) but lengthened the held-out runs at m = p that were long already (the
+  three-run MAPE of round 0 at mlp 8 and 64 rows and gpt 8 rows p=4 5.8 / 4.4 / 2.2% without
+  it, 6.3 / 5.8 / 3.3% with it; README, "A send that wakes its receiver"), so it is not drawn.
 - **p2p_latency / p2p_bandwidth / p2p_load_latency**: a transfer takes ``latency + bytes /
   bandwidth`` on an idle machine and ``p2p_load_latency`` more per rank computing while it is
   on the wire (sim.costs; the law and its fit: sim.transfers). In-run transfers: ``RECV end -
@@ -329,7 +332,6 @@ class Calibration:
     step_spread: tuple[float, ...] = ()
     step_overhead_spread: tuple[float, ...] = ()
     wake_overhead: float = 0.0  # more sender time per SEND whose receiver already waited
-    send_spread: tuple[float, ...] = ()  # of the time a SEND costs its sender
     diagnostics: Mapping[str, Any] = field(default_factory=dict)
     quality: Mapping[str, Any] = field(default_factory=dict)
     data_parallel: int = 1
@@ -445,7 +447,6 @@ class Calibration:
             rank_spread=self.rank_spread,
             step_spread=self.step_spread,
             step_overhead_spread=self.step_overhead_spread,
-            send_spread=self.send_spread,
             spread_draws=SPREAD_DRAWS,
         )
 
@@ -573,9 +574,6 @@ class Calibration:
         if self.transfer_spread:
             q = np.quantile(self.transfer_spread, [0.1, 0.5, 0.9])
             lines.append(f"  transfer time spread: 10/50/90th percentile x{q[0]:.2f} x{q[1]:.2f} x{q[2]:.2f} of the fit")
-        if self.send_spread:
-            q = np.quantile(self.send_spread, [0.1, 0.5, 0.9])
-            lines.append(f"  a SEND's time on its rank: 10/50/90th percentile x{q[0]:.2f} x{q[1]:.2f} x{q[2]:.2f} of the fit")
         lines += quality_lines(self.quality)
         if self.data_parallel > 1:
             bandwidth = "unlimited" if math.isinf(self.allreduce_bandwidth) else f"{self.allreduce_bandwidth / 1e9:.2f} GB/s"
@@ -618,7 +616,6 @@ class Calibration:
             values["rank_spread"] = tuple(values.get("rank_spread", ()))
             values["step_spread"] = tuple(values.get("step_spread", ()))
             values["step_overhead_spread"] = tuple(values.get("step_overhead_spread", ()))
-            values["send_spread"] = tuple(values.get("send_spread", ()))
             values["place_factors"] = {k: tuple(v) for k, v in values.get("place_factors", {}).items()}
             if values.get("compute") is not None:
                 values["compute"] = {k: LinearCost(**v) for k, v in values["compute"].items()}
@@ -788,7 +785,6 @@ class TransferFits:
     send: float
     recv: float
     wake: float
-    send_ratios: np.ndarray
 
     @classmethod
     def of(cls, run: MeasuredRun) -> "TransferFits":
@@ -820,11 +816,9 @@ def calibrate_at_share(runs: Sequence[MeasuredRun], fits: Sequence[TransferFits]
             raise CostError(f"{run.path} and {runs[0].path}: either all runs have a profile.json or none")
     calibration = first if len(fitted) == 1 else _combine([c for c, _ in fitted], runs)
     pooled = [np.concatenate([r[j] for _, r in fitted]) for j in range(5)]
-    sends = np.concatenate([found.send_ratios for found in fits])
     calibration = replace(calibration, duration_spread=spread_quantiles(pooled[0]),
                           transfer_spread=spread_quantiles(pooled[1]), rank_spread=spread_quantiles(pooled[2]),
                           step_spread=spread_quantiles(pooled[3]), step_overhead_spread=spread_quantiles(pooled[4]),
-                          send_spread=spread_quantiles(sends),
                           idle_share=idle, post_overhead=post, compute_growth=growth.rate,
                           growth_horizon=growth.horizon)
     return calibration
@@ -1239,8 +1233,7 @@ class ExecutorOverheads(NamedTuple):
     dispatch: float  # per compute action
     send: float  # per SEND
     recv: float  # least time of a RECV
-    wake: float  # more per SEND whose receiver already waited for it
-    send_ratios: np.ndarray  # each gap after a SEND over its fit: what the send spread draws
+    wake: float  # more per SEND that woke its receiver while the cores were full
 
 
 def executor_overheads(run: MeasuredRun, transfers: Sequence[TransferRow],
@@ -1248,16 +1241,19 @@ def executor_overheads(run: MeasuredRun, transfers: Sequence[TransferRow],
     """Rank time per action (module docstring): least squares of every gap between consecutive
     actions of a rank on one constant per kind of the action before the gap (compute, SEND,
     RECV), one more for a SEND whose receiver had reached its RECV before it (`transfers`'
-    TransferRow.woke) and a cost per receive posted in the gap; receives whose data was there
+    TransferRow.woke) while the ranks computing and the sender filled the cores they shared
+    (none where they did not share them) and a cost per receive posted in the gap; receives whose data was there
     by the transfer `law` (`transfer_fit`) give the cost of a RECV."""
     posts = [posted_before(stream, run.post_ahead) for stream in run.program.streams]
     kinds = [[_gap_kind(a) for a in stream] for stream in run.program.streams]
-    woke = {(t.step, t.sending) for t in transfers if t.woke}
-    rows, gaps, sends = [], [], []
+    cores = shared_cores(run)
+    # where the ranks computing at its start (its first piece of load) and the sender fill the cores
+    woke = {(t.step, t.sending) for t in transfers
+            if cores is not None and t.woke and t.segments and t.segments[0][1] + 1 >= cores}
+    rows, gaps = [], []
     for (step, rank), frame in run.timeline.groupby(["step", "rank"], sort=True):
         start = frame["start"].to_numpy()
         actions = frame["action"].to_numpy()
-        is_send = frame["kind"].isin(SEND_NAMES).to_numpy()
         # A SEND's row runs until delivery, a REDUCE_GRAD's until its all-reduce is done: the
         # rank moved on at their start.
         end = np.where(frame["kind"].isin((*SEND_NAMES, Kind.REDUCE_GRAD.value)), start, frame["end"].to_numpy())
@@ -1269,21 +1265,17 @@ def executor_overheads(run: MeasuredRun, transfers: Sequence[TransferRow],
             row[kinds[rank][i]] = 1.0
             rows.append(row)
             gaps.append(start[i + 1] - end[i])
-            sends.append(bool(is_send[i]))
     if not gaps:
-        return ExecutorOverheads(0.0, 0.0, 0.0, 0.0, np.ones(0))
+        return ExecutorOverheads(0.0, 0.0, 0.0, 0.0)
     design, target = np.array(rows), np.array(gaps)
     coef = nonnegative_least_squares(design, target)
     after_compute, after_send, after_recv, post, wake = (float(x) for x in coef)
-    sent = np.array(sends)
-    fitted = design[sent] @ coef
-    ratios = target[sent] / fitted if len(fitted) and (fitted > 0).all() and target[sent].mean() > 0 else np.ones(0)
     recvs = run.timeline[run.timeline["kind"].isin(RECV_NAMES)]
     if not len(recvs):
-        return ExecutorOverheads(after_compute, after_send, 0.0, wake, ratios)
+        return ExecutorOverheads(after_compute, after_send, 0.0, wake)
     early = early_receive_times(transfers, law) if law is not None else []
     least = float(np.mean(early)) if early else float(np.quantile(recvs["end"] - recvs["start"], RECV_QUANTILE))
-    return ExecutorOverheads(after_compute, after_send, post + least + after_recv, wake, ratios)
+    return ExecutorOverheads(after_compute, after_send, post + least + after_recv, wake)
 
 
 _AFTER_COMPUTE, _AFTER_SEND, _AFTER_RECV = 0, 1, 2  # columns of the gap fit

@@ -47,10 +47,11 @@ Fixed overheads of a real executor (seconds; all default to 0, the ideal machine
 ``send_overhead`` is rank time spent issuing each SEND (the transfer is on the wire
 from the SEND's start; the rank moves on after the overhead); ``recv_overhead`` is the
 least rank time of each RECV (it ends at ``max(reached + recv_overhead, arrival)``);
-``wake_overhead`` is rank time a SEND costs beyond ``send_overhead`` where its receiver
-had reached its RECV before the SEND was issued (strictly earlier: the data wakes a rank that
-waits). Where four ranks share two cores, a sender whose transfer wakes a waiting receiver
-lost its core for a while: on sweep 27's interleaved runs at mlp 8 rows p=4 the gap after such
+``wake_overhead`` is rank time a SEND costs beyond ``send_overhead`` where the ranks share
+cores (``cores``), its receiver had reached its RECV before the SEND was issued (strictly
+earlier: the data wakes a rank that waits) and the ranks computing at that moment, with the
+sender, fill the cores: the woken receiver then takes the sender's. Where four ranks share two
+cores, a sender whose transfer wakes a waiting receiver lost its core for a while: on sweep 27's interleaved runs at mlp 8 rows p=4 the gap after such
 a SEND averaged 257 us against 121 us after the others (README, "A send that wakes its
 receiver"). ``step_overhead`` is what a training step takes beyond the makespan (the barriers and
 bookkeeping around the streams): ``SimResult.step_time = makespan + step_overhead``.
@@ -107,9 +108,6 @@ by 0.3-0.6%.
 ``transfer_spread`` does the same for transfer times (each SEND's transfer, on the
 wire and on its link, multiplied by its factor; factors drawn from their own seeded
 stream), for machines where a transfer's time varies as much as a compute action's.
-``send_spread`` does the same for the rank time of each SEND (its ``send_overhead`` and any
-``wake_overhead``, multiplied by its factor; its own seeded stream): on four ranks sharing
-two cores most SENDs cost their rank 50-70 us and one in ten 0.5-1 ms.
 ``rank_spread`` is slowness shared by all of a rank's compute in one step (a rank that
 loses its core for a while): each draw gives each rank one factor from the list (its own
 seeded stream), which multiplies every compute action of that rank besides its own factor.
@@ -243,8 +241,7 @@ def _number(name: str, value: Any) -> float:
 
 
 HANDOVER_MEMORY = ("input_memory", "input_weight_memory", "output_memory", "output_weight_memory")  # CostModel's
-SPREADS = ("duration_spread", "transfer_spread", "rank_spread", "step_spread", "step_overhead_spread",
-           "send_spread")  # CostModel's
+SPREADS = ("duration_spread", "transfer_spread", "rank_spread", "step_spread", "step_overhead_spread")  # CostModel's
 
 
 @dataclass(frozen=True)
@@ -294,7 +291,6 @@ class ResolvedCosts:
     rank_spread: tuple[float, ...] = ()
     step_spread: tuple[float, ...] = ()
     overhead_spread: tuple[float, ...] = ()
-    send_spread: tuple[float, ...] = ()
     draws: int = 1
     reduce_grad: tuple[int, ...] = ()  # per stage: ns of its REDUCE_GRAD all-reduce
     cores: int = 0  # processors the ranks' compute shares (0: each rank has its own)
@@ -308,7 +304,7 @@ class ResolvedCosts:
     def drawn(self) -> bool:
         """Whether the program is replayed once per draw of a spread (module docstring)."""
         return self.draws > 1 or any((self.spread, self.transfer_spread, self.rank_spread, self.step_spread,
-                                      self.overhead_spread, self.send_spread))
+                                      self.overhead_spread))
 
 
 @dataclass(frozen=True)
@@ -345,9 +341,8 @@ class CostModel:
     second, default 0) and growth_horizon (seconds): a compute action starting t into its step
     costs 1 + compute_growth x min(t, growth_horizon) times its price (`growth_factor`).
     Spread (module docstring): duration_spread, transfer_spread, rank_spread, step_spread and
-    step_overhead_spread, send_spread (relative factors of compute times, transfer times, a rank's
-    compute in a step, every rank's compute in a step, the step overhead and a SEND's rank time;
-    default none)
+    step_overhead_spread (relative factors of compute times, transfer times, a rank's compute in
+    a step, every rank's compute in a step and the step overhead; default none)
     and spread_draws (replays, default 256).
     cores (module docstring): processors the ranks' compute shares (default None: one each).
     Data parallelism (module docstring): data_parallel (d, replicas), grad_reduce_bytes
@@ -386,7 +381,6 @@ class CostModel:
     rank_spread: Sequence[float] = ()
     step_spread: Sequence[float] = ()
     step_overhead_spread: Sequence[float] = ()
-    send_spread: Sequence[float] = ()
     spread_draws: int = 256
     data_parallel: int = 1
     grad_reduce_bytes: PerStage = 0
@@ -572,7 +566,6 @@ class CostModel:
             rank_spread=self.rank_spread,
             step_spread=self.step_spread,
             overhead_spread=self.step_overhead_spread,
-            send_spread=self.send_spread,
             draws=self.spread_draws if any(getattr(self, name) for name in SPREADS) else 1,
             cores=self.cores or 0,
             idle_share=float(self.idle_share),

@@ -15,8 +15,10 @@ Semantics (times are integer nanoseconds, so results are exact and deterministic
   when both the rank has reached it and the previous one has ended; the step's makespan
   includes its end;
 - executor overheads (0 by default): a SEND occupies its rank for ``send_overhead``
-  after putting the tensor on the link, ``wake_overhead`` more where its receiver reached
-  the RECV strictly before the SEND was issued (so same-time events cannot change it), a RECV ends no earlier than ``recv_overhead``
+  after putting the tensor on the link, ``wake_overhead`` more where ranks share cores
+  (``cores``), its receiver reached the RECV strictly before the SEND was issued and the
+  ranks computing then, with the sender, fill the cores (the woken receiver takes the
+  sender's), a RECV ends no earlier than ``recv_overhead``
   after the rank reached it, and a compute action that does not repeat the stage and
   kind of its rank's previous compute action costs ``switch_forward`` (F) or
   ``switch_backward`` (B, I, W) more, and the k-th action of a run of repeats costs its
@@ -48,8 +50,7 @@ action's time (switch cost included) multiplied by its factor of the draw
 (`spread_factors`, stratified over the draws) and rounded to the nanosecond (times the
 rank's factor of the draw with a rank spread, itself times the draw's step factor, which all
 ranks share, with a step spread; likewise each SEND's transfer time with a transfer
-spread, each SEND's rank time with a send spread, and the step overhead with a step overhead
-spread), and the draw whose makespan plus
+spread, and the step overhead with a step overhead spread), and the draw whose makespan plus
 step overhead is the median is the result.
 
 Activation memory of a stage is allocated when its F starts and freed when its B ends
@@ -87,9 +88,8 @@ class Compiled:
     """A program flattened for the hot loop: one op tuple per action, per rank.
 
     Compute: (_COMPUTE, duration, bytes allocated at start, bytes freed at end);
-    SEND: (_SEND, transfer id, duration, link id, factor, rank factor): factor is the transfer
-    spread's draw, by which a load-dependent transfer's load term grows as its duration did,
-    rank factor the send spread's, by which its rank time (send and wake overheads) grows; RECV:
+    SEND: (_SEND, transfer id, duration, link id, factor): factor is the transfer spread's
+    draw, by which a load-dependent transfer's load term grows as its duration did; RECV:
     (_RECV, transfer id);
     REDUCE_GRAD: (_REDUCE, duration).
     Transfer ids are the IR's dense numbers (`Transfer.number`), so a SEND and its RECV
@@ -219,7 +219,7 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
                 raise ScheduleError(f"rank {rank}: {action} has no peer stage (stages are 0..{n - 1})")
             is_send, first, duration, receiver_rank = compiled
             if is_send:
-                append((_SEND, first + mb, duration, rank * p + receiver_rank, 1.0, 1.0))
+                append((_SEND, first + mb, duration, rank * p + receiver_rank, 1.0))
             else:
                 append((_RECV, first + mb))
         for i, extra in adjustments(stream, costs.handover).items():
@@ -233,32 +233,31 @@ def compile_program(program: Program, costs: ResolvedCosts) -> Compiled:
     return Compiled(tuple(ops), transfer_count(n, m), p * p, begins)
 
 
-SpreadTables = list[tuple[list[list[float]], list[list[float]], list[float], list[list[float]]]]
+SpreadTables = list[tuple[list[list[float]], list[list[float]], list[float]]]
 
 
 def spread_tables(compiled: Compiled, costs: ResolvedCosts) -> SpreadTables:
-    """Per rank, the compute and transfer factors of every draw, the factor its whole compute
-    takes in each draw (the rank's own times the step's, which all ranks share) and its SENDs'
-    rank time factors of every draw (sim.costs.spread_factors)."""
+    """Per rank, the compute and transfer factors of every draw and the factor its whole
+    compute takes in each draw: the rank's own times the step's, which all ranks share
+    (sim.costs.spread_factors)."""
     n = costs.draws
     step = [row[0] for row in spread_factors(costs.step_spread, n, 0, 1, "step")]
     return [(spread_factors(costs.spread, n, rank, len(row)),
              spread_factors(costs.transfer_spread, n, rank, len(row), "transfer"),
-             [own[0] * shared for own, shared in zip(spread_factors(costs.rank_spread, n, rank, 1, "rank"), step)],
-             spread_factors(costs.send_spread, n, rank, len(row), "send"))
+             [own[0] * shared for own, shared in zip(spread_factors(costs.rank_spread, n, rank, 1, "rank"), step)])
             for rank, row in enumerate(compiled.ops)]
 
 
 def spread_draw(compiled: Compiled, tables: SpreadTables, draw: int) -> Compiled:
-    """`compiled` with each compute op's time, each SEND's transfer time and each SEND's rank
-    time scaled by its factor of draw `draw` (`spread_tables`)."""
+    """`compiled` with each compute op's time and each SEND's transfer time scaled by its
+    factor of draw `draw` (`spread_tables`)."""
     ops = []
-    for row, (compute, transfer, shared, send) in zip(compiled.ops, tables):
+    for row, (compute, transfer, shared) in zip(compiled.ops, tables):
         k = shared[draw]
         ops.append(tuple(
             (_COMPUTE, round(op[1] * (f * k)), op[2], op[3]) if op[0] == _COMPUTE
-            else (_SEND, op[1], round(op[2] * t), op[3], t, r) if op[0] == _SEND else op
-            for op, f, t, r in zip(row, compute[draw], transfer[draw], send[draw])
+            else (_SEND, op[1], round(op[2] * t), op[3], t) if op[0] == _SEND else op
+            for op, f, t in zip(row, compute[draw], transfer[draw])
         ))
     return replace(compiled, ops=tuple(ops))  # the other terms (posting starts, counts) as compiled
 
@@ -302,7 +301,8 @@ def replay(compiled: Compiled, contention: bool, send_overhead: int = 0, recv_ov
     ns a transfer takes longer per rank computing while it is on the wire, class Wire;
     `growth` per ns and `horizon` ns: a compute action costs sim.costs.growth_factor of its
     compiled duration at the time it starts; `wake` ns: more rank time per SEND whose receiver
-    reached its RECV strictly earlier)."""
+    reached its RECV strictly earlier while the computing ranks and the sender fill the shared
+    cores)."""
     env = simpy.Environment()
     arrivals = [-1] * compiled.num_transfers  # arrival time of each transfer, -1 until sent
     reached = [-1] * compiled.num_transfers  # when its receiver reached its RECV, -1 until then
@@ -471,7 +471,8 @@ def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overh
     `shared` processors when given, else on the rank's own; transfers on `wire` when given; a
     compute action's duration times growth_factor(growth, horizon, its start); `reached`: when
     each transfer's receiver reached its RECV, -1 before, shared by the ranks, so that a SEND
-    whose receiver waits costs `wake` ns more)."""
+    whose receiver waits while the ranks computing on `shared` and the sender fill its
+    processors costs `wake` ns more)."""
     timeout = env.timeout
     record = out.times.append
     memory = out.memory
@@ -518,10 +519,9 @@ def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overh
                 held -= free
                 memory.append((now, held))
         elif code == _SEND:
-            _, tid, duration, link, factor, rank_factor = op
-            cost = send_overhead + (wake if reached is not None and 0 <= reached[tid] < now else 0)
-            if rank_factor != 1.0:
-                cost = round(cost * rank_factor)
+            _, tid, duration, link, factor = op
+            woke = wake and shared is not None and 0 <= reached[tid] < now and len(shared.jobs) + 1 >= shared.cores
+            cost = send_overhead + (wake if woke else 0)
             if wire is not None:
                 record(now)
                 record(-1)  # the arrival, written by the wire

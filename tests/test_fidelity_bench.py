@@ -47,10 +47,10 @@ def test_diagnose_refuses_a_missing_run_with_one_line(tmp_path, capsys):
 
 
 def test_diagnose_replays_a_synthetic_run_with_its_own_sends_exactly(tmp_path, monkeypatch):
-    """On a run the engine made (test_calibrate's machine, where a SEND whose receiver waits
-    costs 300 us more), the replays with compute and transfers as measured are exact with each
-    SEND's own gap and with the calibration's (send, wake), and miss with one constant (the
-    mean gap) where the two kinds of SEND differ."""
+    """On a run the engine made (test_calibrate's machine with its two ranks on one core, where a
+    SEND whose receiver waits costs 300 us more), the replays with compute and transfers as
+    measured are exact with each SEND's own gap and with the calibration's (send, wake), and
+    miss with one constant (the mean gap) where the two kinds of SEND differ."""
     import test_calibrate
 
     from sim.calibration import calibrate
@@ -58,13 +58,14 @@ def test_diagnose_replays_a_synthetic_run_with_its_own_sends_exactly(tmp_path, m
     from sim.measured import read_measured
 
     monkeypatch.setattr(test_calibrate, "WAKE", 300e-6)
+    monkeypatch.setattr(test_calibrate, "CORES", 1)
     monkeypatch.setattr(test_calibrate, "DISPATCH", 0.0)  # a measured row ends at its action's end
     test_calibrate.write_run(tmp_path / "run", "1f1b", 8, profile=True, clocks="host")
     diagnose = load_script(SCRIPT.parent / "fidelity_diagnose.py")
     run = read_measured(tmp_path / "run")
     cal = calibrate(run)
-    resolved = cal.for_run(run).for_schedule(run.program.schedule)
-    errors = diagnose.measured_sends(run, cal, compile_program(run.program, resolved), resolved)
+    errors = diagnose.measured_sends(run, cal, compile_program(run.program, cal.for_run(run).for_schedule(
+        run.program.schedule)))
     assert abs(errors["own"]) < 1e-9 and abs(errors["model"]) < 1e-9
     assert abs(errors["mean"]) > 2e-3
 

@@ -7,8 +7,8 @@ contention, every start and end time must agree exactly (integer nanoseconds), a
 memory table, busy time, makespan and bubble ratio. Cases: random valid schedules on random
 placements (V-like adjacent stages on one rank included) with random split backward, and every
 registered schedule at random sizes, all with random heterogeneous per-stage costs and random
-executor overheads (rank time per SEND and per RECV, more per SEND whose receiver reached its
-RECV strictly before it, the step overhead added to the makespan,
+executor overheads (rank time per SEND and per RECV, none more for a SEND that wakes its
+receiver as no rank shares a core here, the step overhead added to the makespan,
 the cost of a compute action that does not repeat its rank's previous one, and the posting of
 the receives a rank posts before its first action, counted here from the stream alone).
 
@@ -19,9 +19,8 @@ edge in the same graph, so the oracle checks it too, on a further set of random 
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import random
-from collections import defaultdict
+from collections import defaultdict, deque
 
 import pytest
 
@@ -120,6 +119,7 @@ def random_costs(rng: random.Random, schedule: Schedule, contention: bool = Fals
         output_weight_memory=[rng.choice([0, x]) for x in outputs],
         link_contention=contention,
         send_overhead=rng.choice([0, rng.randint(1, 5)]) * 1e-6,
+        # a SEND's wake costs its rank only where ranks share cores, which no case here does
         wake_overhead=rng.choice([0, rng.randint(1, 9)]) * 1e-6,
         recv_overhead=rng.choice([0, rng.randint(1, 5)]) * 1e-6,
         step_overhead=rng.randint(0, 50) * 1e-6,
@@ -201,8 +201,7 @@ def transfer_ns(costs: CostModel, send: Action) -> int:
     return round(costs.p2p_latency * NS) + round(sizes[boundary])  # one byte per ns
 
 
-def critical_path(program, costs: CostModel, factors=None, transfer_factors=None,
-                  send_factors=None) -> dict[tuple[int, int], tuple[int, int]]:
+def critical_path(program, costs: CostModel, factors=None, transfer_factors=None) -> dict[tuple[int, int], tuple[int, int]]:
     """(rank, index) -> (start, end): longest paths over the program's dependency graph.
 
     Nodes: ('s', rank, i) and ('e', rank, i) per action, plus ('w', rank, i), the moment a
@@ -217,17 +216,9 @@ def critical_path(program, costs: CostModel, factors=None, transfer_factors=None
     `transfer_factors[rank][i]` the transfer time of SEND i of rank. A compute action's edge is
     then times 1 + compute_growth x min(start, growth_horizon), its start being its s node's
     longest path, known when the node is taken in topological order, rounded to the ns.
-    A SEND's s -> e edge is wake_overhead longer where its RECV's s node's longest path is
-    strictly shorter than its own, then times `send_factors[rank][i]` (optional), rounded to
-    the ns. Nodes are taken in order of their longest paths (ties by node), each once all its
-    predecessors are: with no negative edge every node shorter than the one taken has been
-    taken, so whether the RECV started earlier is known when the SEND's node is.
     """
     rate, horizon = costs.compute_growth / NS, round(costs.growth_horizon * NS)  # per ns, ns
-    wake = round(costs.wake_overhead * NS)
     computing = set()
-    sending: dict[tuple, tuple] = {}  # a SEND's s node -> its RECV's s node
-    send_factor: dict[tuple, float] = {}
     s2r = program.schedule.stage_to_rank
     edges: dict[tuple, list[tuple[tuple, int]]] = defaultdict(list)
     nodes = []
@@ -258,7 +249,6 @@ def critical_path(program, costs: CostModel, factors=None, transfer_factors=None
             if i > 0:
                 edges[("e", rank, i - 1)].append((start, 0))
             if action.kind.is_send:
-                send_factor[start] = 1.0 if send_factors is None else send_factors[rank][i]
                 wire, link = ("w", rank, i), (rank, s2r[action.peer_stage()])
                 nodes.append(wire)
                 edges[start].append((wire, 0))
@@ -270,7 +260,6 @@ def critical_path(program, costs: CostModel, factors=None, transfer_factors=None
         if action.kind.is_send:
             r2, i2 = where[action.matching()]
             edges[("w", rank, i)].append((("e", r2, i2), wire_ns(rank, i, action)))
-            sending[("s", rank, i)] = ("s", r2, i2)
     indegree = {node: 0 for node in nodes}
     for u in edges:
         for v, _ in edges[u]:
@@ -279,26 +268,18 @@ def critical_path(program, costs: CostModel, factors=None, transfer_factors=None
     for rank, stream in enumerate(program.streams):  # a rank starts after posting its first receives
         if stream:
             dist[("s", rank, 0)] = round(costs.post_overhead * NS) * first_receives(costs, stream)
-    ready = [(dist[node], node) for node in nodes if indegree[node] == 0]
-    heapq.heapify(ready)
-    taken = set()
+    queue = deque(node for node in nodes if indegree[node] == 0)
     seen = 0
-    while ready:
-        _, u = heapq.heappop(ready)
+    while queue:
+        u = queue.popleft()
         seen += 1
-        taken.add(u)
         for v, w in edges[u]:
             if rate and u in computing and w:
                 w = round(w * (1.0 + rate * min(dist[u], horizon)))
-            if u in sending and v[0] == "e":  # the SEND's own time on its rank
-                if sending[u] in taken and dist[sending[u]] < dist[u]:
-                    w += wake
-                if send_factor[u] != 1.0:
-                    w = round(w * send_factor[u])
             dist[v] = max(dist[v], dist[u] + w)
             indegree[v] -= 1
             if indegree[v] == 0:
-                heapq.heappush(ready, (dist[v], v))
+                queue.append(v)
     assert seen == len(nodes), "the program's graph has a cycle"
     out = {}
     for action, (rank, i) in where.items():
@@ -461,8 +442,7 @@ def spread_oracle(program, costs: CostModel):
             shared = [(columns("rank", costs.rank_spread, rank, 1)[0][draw] if costs.rank_spread else 1.0) * step
                       for rank in range(len(program.streams))]
             factors = [[f * shared[rank] for f in row] for rank, row in enumerate(factors)]
-        times = critical_path(program, costs, factors, drawn("transfer", costs.transfer_spread, draw),
-                              drawn("send", costs.send_spread, draw))
+        times = critical_path(program, costs, factors, drawn("transfer", costs.transfer_spread, draw))
         factor = columns("overhead", costs.step_overhead_spread, 0, 1)[0][draw] if costs.step_overhead_spread else 1.0
         overhead = round(round(costs.step_overhead * NS) * factor)
         draws.append((max(end for _, end in times.values()) + overhead, draw, times, overhead))
@@ -486,7 +466,7 @@ def test_spread_draws_are_stratified() -> None:
 
 @pytest.mark.parametrize("seed", range(30))
 def test_spread_matches_oracle(seed: int) -> None:
-    """With duration, transfer, send, rank, step and/or step overhead spreads, the engine's result is the
+    """With duration, transfer, rank, step and/or step overhead spreads, the engine's result is the
     oracle's median draw (by makespan plus the draw's step overhead), time for time."""
     rng = random.Random(30_000 + seed)
     schedule = random_schedule(rng) if seed % 2 else registered_schedule(rng)
@@ -495,12 +475,10 @@ def test_spread_matches_oracle(seed: int) -> None:
     transfer = tuple(rng.choice([0.3, 1.0, 2.5]) for _ in range(rng.randint(0 if spread else 1, 4)))
     shared = tuple(rng.choice([0.9, 1.0, 1.6]) for _ in range(rng.randint(0, 3)))
     step = tuple(rng.choice([0.7, 1.0, 1.3]) for _ in range(rng.randint(0, 3)))
-    sends = tuple(rng.choice([0.4, 1.0, 3.0]) for _ in range(rng.randint(0, 3)))
     # a step overhead of a few actions' length, so that its draws can reorder the makespans'
     overhead = tuple(rng.choice([0.0, 1.0, 4.0]) for _ in range(rng.randint(0, 3)))
     costs = dataclasses.replace(base, duration_spread=spread, transfer_spread=transfer, rank_spread=shared,
-                                step_spread=step, send_spread=sends,
-                                step_overhead=rng.uniform(0.0, 3.0) * base.forward[0],
+                                step_spread=step, step_overhead=rng.uniform(0.0, 3.0) * base.forward[0],
                                 step_overhead_spread=overhead, spread_draws=rng.randint(1, 7))
     program = schedules.lower(schedule)
     expected, overhead = spread_oracle(program, costs)

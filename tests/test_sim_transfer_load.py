@@ -97,22 +97,26 @@ def test_load_latency_is_validated() -> None:
         CostModel(forward=1.0, backward_full=2.0, p2p_load_latency=-0.1)
 
 
-@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("seed", range(12))
 def test_a_send_that_wakes_its_receiver_costs_its_rank_more(seed: int) -> None:
-    """Random schedules, with and without the load law and shared cores: a rank moves on from
-    each SEND send_overhead after it, and wake_overhead more where the transfer's RECV started
-    strictly earlier (its receiver waits for it), read from the result's own rows; both kinds
-    occur."""
+    """Random schedules, with and without the load law, on shared cores or a core per rank: a
+    rank moves on from each SEND send_overhead after it, and wake_overhead more where the ranks
+    share cores, the transfer's RECV started strictly earlier (its receiver waits for it) and
+    the ranks computing at the SEND, read from the result's own rows, and the sender fill the
+    cores; on cores of their own never. Both kinds occur where cores are shared."""
     rng = random.Random(100 + seed)
     name = rng.choice(["gpipe", "1f1b", "interleaved", "zb-h1", "zbv"])
     p = rng.choice([2, 4])
+    cores = [None, 1, p // 2][seed % 3]
     schedule = schedules.build(name, ranks=p, microbatches=2 * p, chunks=2 if name == "interleaved" else None)
     send, wake = 0.02, 0.07
     model = CostModel(forward=rng.uniform(0.5, 2), backward_input=rng.uniform(0.5, 2),
                       backward_weight=rng.uniform(0.1, 1), p2p_latency=rng.uniform(0.01, 0.2),
                       p2p_load_latency=rng.choice([0.0, 0.3]), link_contention=False, send_overhead=send,
-                      wake_overhead=wake, cores=rng.choice([None, 1]))
-    got = rows(simulate(schedule, model))
+                      wake_overhead=wake, cores=cores)
+    result = simulate(schedule, model)
+    got = rows(result)
+    compute = result.timeline[result.timeline["kind"].isin(["F", "B", "I", "W"])]
     streams = schedules.lower(schedule).streams
     receive = {a.transfer: str(a) for stream in streams for a in stream if a.kind.is_recv}
     woke = []
@@ -120,6 +124,8 @@ def test_a_send_that_wakes_its_receiver_costs_its_rank_more(seed: int) -> None:
         for action, following in zip(stream, stream[1:]):
             if action.kind.is_send:
                 start = got[str(action)][0]
-                woke.append(got[receive[action.transfer]][0] < start)
+                computing = int(((compute["start"] <= start) & (compute["end"] > start)).sum())
+                woke.append(cores is not None and got[receive[action.transfer]][0] < start
+                            and computing + 1 >= cores)
                 assert got[str(following)][0] - start == pytest.approx(send + wake * woke[-1], abs=1e-8)
-    assert any(woke) and not all(woke)
+    assert (any(woke) and not all(woke)) if cores is not None else not any(woke)
