@@ -117,8 +117,7 @@ def measured_sends(run, cal, compiled: Compiled) -> dict[str, float]:
             else:
                 own_time[number[label]] = max(min(by_law, t.reached - t.sent), 0.0)
             law_time_of[number[label]] = by_law
-            # the calibration's wake: its receiver waited and the computing ranks and the sender filled the cores
-            woke[label] = cores is not None and t.woke and bool(t.segments) and t.segments[0][1] + 1 >= cores
+            woke[label] = t.woke_on_full(cores)
         durations, own, model = [], [], []
         for rank in range(run.program.schedule.ranks):
             mine = f[f["rank"] == rank]
@@ -129,7 +128,7 @@ def measured_sends(run, cal, compiled: Compiled) -> dict[str, float]:
             model.append([cal.send_overhead + cal.wake_overhead * woke.get(labels[i], False) for i in sent])
             for i in sent:
                 if i + 1 < len(starts):
-                    gaps[rows[labels[i]].reached < starts[i]].append(starts[i + 1] - starts[i])
+                    gaps[rows[labels[i]].woke].append(starts[i + 1] - starts[i])
         steps.append((f["end"].max() - f["start"].min(), durations, own_time, law_time_of, own, model))
     every = gaps[True] + gaps[False]
     mean_gap = float(np.mean(every)) if every else cal.send_overhead

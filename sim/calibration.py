@@ -331,7 +331,7 @@ class Calibration:
     rank_spread: tuple[float, ...] = ()
     step_spread: tuple[float, ...] = ()
     step_overhead_spread: tuple[float, ...] = ()
-    wake_overhead: float = 0.0  # more sender time per SEND whose receiver already waited
+    wake_overhead: float = 0.0  # more sender time per SEND that woke its receiver while the cores were full
     diagnostics: Mapping[str, Any] = field(default_factory=dict)
     quality: Mapping[str, Any] = field(default_factory=dict)
     data_parallel: int = 1
@@ -1242,14 +1242,12 @@ def executor_overheads(run: MeasuredRun, transfers: Sequence[TransferRow],
     actions of a rank on one constant per kind of the action before the gap (compute, SEND,
     RECV), one more for a SEND whose receiver had reached its RECV before it (`transfers`'
     TransferRow.woke) while the ranks computing and the sender filled the cores they shared
-    (none where they did not share them) and a cost per receive posted in the gap; receives whose data was there
-    by the transfer `law` (`transfer_fit`) give the cost of a RECV."""
+    (none where they did not share them) and a cost per receive posted in the gap; receives
+    whose data was there by the transfer `law` (`transfer_fit`) give the cost of a RECV."""
     posts = [posted_before(stream, run.post_ahead) for stream in run.program.streams]
     kinds = [[_gap_kind(a) for a in stream] for stream in run.program.streams]
     cores = shared_cores(run)
-    # where the ranks computing at its start (its first piece of load) and the sender fill the cores
-    woke = {(t.step, t.sending) for t in transfers
-            if cores is not None and t.woke and t.segments and t.segments[0][1] + 1 >= cores}
+    woke = {(t.step, t.sending) for t in transfers if t.woke_on_full(cores)}
     rows, gaps = [], []
     for (step, rank), frame in run.timeline.groupby(["step", "rank"], sort=True):
         start = frame["start"].to_numpy()
@@ -1267,8 +1265,7 @@ def executor_overheads(run: MeasuredRun, transfers: Sequence[TransferRow],
             gaps.append(start[i + 1] - end[i])
     if not gaps:
         return ExecutorOverheads(0.0, 0.0, 0.0, 0.0)
-    design, target = np.array(rows), np.array(gaps)
-    coef = nonnegative_least_squares(design, target)
+    coef = nonnegative_least_squares(np.array(rows), np.array(gaps))
     after_compute, after_send, after_recv, post, wake = (float(x) for x in coef)
     recvs = run.timeline[run.timeline["kind"].isin(RECV_NAMES)]
     if not len(recvs):

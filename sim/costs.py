@@ -51,9 +51,10 @@ least rank time of each RECV (it ends at ``max(reached + recv_overhead, arrival)
 cores (``cores``), its receiver had reached its RECV before the SEND was issued (strictly
 earlier: the data wakes a rank that waits) and the ranks computing at that moment, with the
 sender, fill the cores: the woken receiver then takes the sender's. Where four ranks share two
-cores, a sender whose transfer wakes a waiting receiver lost its core for a while: on sweep 27's interleaved runs at mlp 8 rows p=4 the gap after such
-a SEND averaged 257 us against 121 us after the others (README, "A send that wakes its
-receiver"). ``step_overhead`` is what a training step takes beyond the makespan (the barriers and
+cores, a sender whose transfer wakes a waiting receiver loses its core for a while: on sweep
+27's interleaved run at mlp 8 rows p=4 the gap after such a SEND averaged 257 us against 121 us
+after the others, more the more ranks computed (README, "A send that wakes its receiver").
+``step_overhead`` is what a training step takes beyond the makespan (the barriers and
 bookkeeping around the streams): ``SimResult.step_time = makespan + step_overhead``.
 ``post_overhead`` is rank time per receive the executor posts before a rank's first action
 (allocating its buffer and posting it; where receives are posted is ``post_ahead``, as the
@@ -276,7 +277,7 @@ class ResolvedCosts:
     static: tuple[int, ...]
     contention: bool
     send_overhead: int = 0
-    wake_overhead: int = 0  # more per SEND whose receiver already waits for it
+    wake_overhead: int = 0  # more per SEND whose receiver already waits, while the cores are full
     recv_overhead: int = 0
     step_overhead: int = 0
     switch_forward: int = 0
@@ -329,7 +330,8 @@ class CostModel:
     unlimited), link_contention (one transfer at a time per directed link, default on),
     p2p_load_latency (seconds a transfer takes longer per rank computing meanwhile, default 0).
     Executor overheads (seconds, default 0): send_overhead (rank time per SEND), wake_overhead
-    (more rank time per SEND whose receiver had reached its RECV before it),
+    (more rank time per SEND whose receiver had reached its RECV before it, where ranks share
+    cores and the computing ranks and the sender fill them),
     recv_overhead (least rank time per RECV), step_overhead (step time minus makespan),
     post_overhead (rank time per receive posted before a rank's first action, placed by
     post_ahead: a count of compute actions or "step", default 0: each at its RECV),

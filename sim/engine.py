@@ -520,7 +520,8 @@ def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overh
                 memory.append((now, held))
         elif code == _SEND:
             _, tid, duration, link, factor = op
-            woke = wake and shared is not None and 0 <= reached[tid] < now and len(shared.jobs) + 1 >= shared.cores
+            woke = (wake and shared is not None and reached is not None and 0 <= reached[tid] < now
+                    and len(shared.jobs) + 1 >= shared.cores)
             cost = send_overhead + (wake if woke else 0)
             if wire is not None:
                 record(now)

@@ -63,6 +63,12 @@ class TransferRow(NamedTuple):
         wakes a rank that waits (sim.costs ``wake_overhead``)."""
         return self.reached < self.sent
 
+    def woke_on_full(self, cores: int | None) -> bool:
+        """Whether it woke its receiver (`woke`) while the ranks computing at its start (its
+        first piece of load) and the sender filled the `cores` the ranks shared (None: a core
+        each, never): what costs the sender sim.costs ``wake_overhead``."""
+        return cores is not None and self.woke and bool(self.segments) and self.segments[0][1] + 1 >= cores
+
 
 class StepTransfers(NamedTuple):
     """One step's transfers and compute rows, each on its own rank's clock."""
