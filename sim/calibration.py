@@ -527,7 +527,8 @@ class Calibration:
         if self.place_factors:
             places = "; ".join(f"{k} " + " ".join(f"x{x:.3f}" for x in v) for k, v in self.place_factors.items() if v)
             lines.append(f"  a stage's first actions of a kind in a step (cost over the later ones'): {places}")
-        wake = f" (+{us(self.wake_overhead)} where its receiver waits)" if self.wake_overhead else ""
+        wake = (f" (+{us(self.wake_overhead)} where its receiver waits and the cores are full)"
+                if self.wake_overhead else "")
         lines.append(f"  overheads: dispatch {us(self.dispatch_overhead)} per compute action, send {us(self.send_overhead)}"
                      f"{wake}, recv {us(self.recv_overhead)}, step {us(self.step_overhead)}")
         if self.post_overhead:
@@ -655,7 +656,7 @@ def calibrate_runs(runs: Sequence[MeasuredRun], idle_share: float | None = None)
     far = [far_out_steps(run) for run in runs]
     typical = [typical_steps(run) for run in runs]  # what every fit reads; the replays read the whole runs
     fits = [TransferFits.of(run) for run in typical]
-    dispatch = [found.dispatch for found in fits]
+    dispatch = [found.overheads.dispatch for found in fits]
     growth, told = fit_growth(typical, dispatch)  # one law for all
     discounts = choose_discounts(typical, dispatch, growth)  # one per kind for all
     noted = {"compute_growth_fit": told} if told else {}
@@ -781,10 +782,7 @@ class TransferFits:
 
     transfers: tuple[TransferRow, ...]
     law: tuple[float, float] | None  # (idle, load) of the transfer law, None if no receiver waited
-    dispatch: float
-    send: float
-    recv: float
-    wake: float
+    overheads: "ExecutorOverheads"
 
     @classmethod
     def of(cls, run: MeasuredRun) -> "TransferFits":
@@ -792,7 +790,7 @@ class TransferFits:
         # only where ranks share cores (module docstring)
         transfers = tuple(transfer_rows(run, loads=shared_cores(run) is not None))
         law = transfer_fit(transfers)
-        return cls(transfers, law, *executor_overheads(run, transfers, law))
+        return cls(transfers, law, executor_overheads(run, transfers, law))
 
 
 def calibrate_at_share(runs: Sequence[MeasuredRun], fits: Sequence[TransferFits], idle: float,
@@ -912,7 +910,7 @@ def _fit_one(run: MeasuredRun, fits: TransferFits, idle: float, post: float = 0.
     `growth` how an action's cost grows into its step (`fit_growth`, likewise; default none)."""
     schedule = run.program.schedule
     growth = growth or Growth()
-    transfers, law, dispatch, send, recv = fits.transfers, fits.law, fits.dispatch, fits.send, fits.recv
+    transfers, law, (dispatch, send, recv, wake) = fits.transfers, fits.law, fits.overheads
     discounts = discounts or {}
     measured, switch, places = compute_costs(run, dispatch, idle, discounts, growth)
     split = any(any(split_forwards(stream)) for stream in run.program.streams)  # its F are split forwards
@@ -959,7 +957,7 @@ def _fit_one(run: MeasuredRun, fits: TransferFits, idle: float, post: float = 0.
         repeat_discount_forward=discounts.get("F", 0.0),
         repeat_discount_backward=discounts.get("B", discounts.get("I", 0.0)),
         send_overhead=send,
-        wake_overhead=fits.wake,
+        wake_overhead=wake,
         recv_overhead=recv,
         step_overhead=step_overhead,
         p2p_latency=latency,

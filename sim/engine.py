@@ -314,8 +314,8 @@ def replay(compiled: Compiled, contention: bool, send_overhead: int = 0, recv_ov
     begins = compiled.begins or (0,) * len(compiled.ops)
     for ops, out, begin in zip(compiled.ops, records, begins):
         env.process(
-            _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overhead, recv_overhead, out,
-                          shared, wire, begin, growth, horizon, reached, wake)
+            _rank_process(env, ops, arrivals, reached, waiters, link_free, contention, send_overhead, recv_overhead,
+                          out, shared, wire, begin, growth, horizon, wake)
         )
     env.run()
     return records
@@ -464,9 +464,9 @@ class Wire:
         self._plan()
 
 
-def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overhead, recv_overhead, out: RankRecord,
-                  shared: "Processors | None" = None, wire: "Wire | None" = None, begin: int = 0,
-                  growth: float = 0.0, horizon: int = 0, reached: list[int] | None = None, wake: int = 0):
+def _rank_process(env, ops, arrivals, reached, waiters, link_free, contention, send_overhead, recv_overhead,
+                  out: RankRecord, shared: "Processors | None" = None, wire: "Wire | None" = None, begin: int = 0,
+                  growth: float = 0.0, horizon: int = 0, wake: int = 0):
     """Walk one rank's ops from `begin` ns on, recording into `out` as it goes (compute on
     `shared` processors when given, else on the rank's own; transfers on `wire` when given; a
     compute action's duration times growth_factor(growth, horizon, its start); `reached`: when
@@ -520,29 +520,26 @@ def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overh
                 memory.append((now, held))
         elif code == _SEND:
             _, tid, duration, link, factor = op
-            woke = (wake and shared is not None and reached is not None and 0 <= reached[tid] < now
+            woke = (wake and shared is not None and 0 <= reached[tid] < now
                     and len(shared.jobs) + 1 >= shared.cores)
-            cost = send_overhead + (wake if woke else 0)
             if wire is not None:
                 record(now)
                 record(-1)  # the arrival, written by the wire
                 wire.send(tid, duration, factor, link, out.times, len(out.times) - 1)
-                if cost:
-                    yield timeout(cost)
-                    now += cost
-                continue
-            start = now
-            if contention:
-                busy_until = link_free[link]
-                if busy_until > start:
-                    start = busy_until
-                link_free[link] = start + duration
-            arrivals[tid] = start + duration
-            waiter = waiters.pop(tid, None)
-            if waiter is not None:
-                waiter.succeed()
-            record(start)
-            record(start + duration)
+            else:
+                start = now
+                if contention:
+                    busy_until = link_free[link]
+                    if busy_until > start:
+                        start = busy_until
+                    link_free[link] = start + duration
+                arrivals[tid] = start + duration
+                waiter = waiters.pop(tid, None)
+                if waiter is not None:
+                    waiter.succeed()
+                record(start)
+                record(start + duration)
+            cost = send_overhead + (wake if woke else 0)
             if cost:
                 yield timeout(cost)
                 now += cost
@@ -553,9 +550,7 @@ def _rank_process(env, ops, arrivals, waiters, link_free, contention, send_overh
             record(collective_free)
         else:
             tid = op[1]
-            reach = now
-            if reached is not None:
-                reached[tid] = now
+            reach = reached[tid] = now
             arrival = arrivals[tid]
             if arrival < 0:
                 event = env.event()

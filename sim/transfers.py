@@ -77,8 +77,8 @@ class StepTransfers(NamedTuple):
     rank: np.ndarray  # per compute row
     start: np.ndarray
     end: np.ndarray
-    step: int = 0
-    sending: tuple[str, ...] = ()  # per transfer in `found`: its SEND's action
+    step: int
+    sending: tuple[str, ...]  # per transfer in `found`: its SEND's action
 
 
 class RunningCount:
@@ -240,8 +240,7 @@ def aligned(step: StepTransfers, offset: np.ndarray) -> list[TransferRow]:
     shift = offset[step.rank]
     computing = RunningCount(step.start + shift, step.end + shift)
     rows = []
-    labels = step.sending or ("",) * len(step.found)
-    for (sender, at, receiver, start, end), label in zip(step.found, labels):
+    for (sender, at, receiver, start, end), label in zip(step.found, step.sending):
         at, start, end = at + offset[sender], start + offset[receiver], end + offset[receiver]
         rows.append(TransferRow(at, start, end, computing.segments(at, end), sender, receiver, step.step, label))
     return rows
