@@ -27,6 +27,7 @@ import torch.distributed as dist
 
 import schedules
 
+from .allocator import FreedMemory
 from .errors import ConfigError, PeerError
 from .executor import POST_AHEAD_NAMES, RunOptions, default_device, execute, prepare
 from .layout import Layout
@@ -84,6 +85,10 @@ def parser() -> argparse.ArgumentParser:
                      help="after the steps, time F/B of each stage role at 1, 2 and 4 layers (profile.json, for sim calibrate)")
     run.add_argument("--profile-p2p", action="store_true",
                      help="after the steps, ping-pong ranks 0 and 1 at several sizes (profile.json, for sim calibrate)")
+    run.add_argument("--freed-memory", type=freed_memory, default=FreedMemory.KEEP, metavar="keep|release",
+                     help="CPU: keep freed activations' memory for the next step, as a GPU's caching allocator does, "
+                     "or release it to the operating system (glibc's default, which makes a step slower the more "
+                     "activations it holds; runtime/allocator.py)")
     run.add_argument("--out", type=Path, help="output directory (default runs/SCHEDULE-pP-mM)")
     return p
 
@@ -106,6 +111,14 @@ def load_program(args: argparse.Namespace, pipeline_ranks: int, data_parallel: i
         return schedules.lower(schedule, data_parallel)
     except schedules.ScheduleError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def freed_memory(text: str) -> FreedMemory:
+    """argparse type of --freed-memory: 'keep' or 'release'."""
+    try:
+        return FreedMemory(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'keep' or 'release'; got {text!r}") from None
 
 
 def post_ahead(text: str) -> int | str:
@@ -185,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         spec.check()
         options = RunOptions(
             steps=args.steps, warmup=args.warmup, timeout=args.timeout, check=args.check,
-            split=parse_split(args.split), post_ahead=args.post_ahead, layout=layout,
+            split=parse_split(args.split), post_ahead=args.post_ahead, layout=layout, freed_memory=args.freed_memory,
         )
         model = build(spec)
         program = prepare(program, model, options, world).program  # every configuration error surfaces here, on every rank

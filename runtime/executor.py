@@ -55,6 +55,7 @@ from schedules.posting import STEP, PostAhead, post_positions, posting_plan
 from schedules.stages import role_of
 
 from . import reference
+from .allocator import FreedMemory, configure as configure_allocator
 from .clock import clock_for, host_clock_id
 from .comm import TRANSPORTS, Transport, check_boundary, decode_meta, encode_meta, reason
 from .data_parallel import GradReducer
@@ -96,6 +97,7 @@ class RunOptions:
     transport: str | None = None
     post_ahead: int | str = "auto"
     layout: Layout | None = None  # None: every rank is a pipeline rank (pp = world size)
+    freed_memory: FreedMemory = FreedMemory.KEEP  # on CPU, what malloc does with freed blocks (runtime.allocator)
 
     def validate(self) -> None:
         if not isinstance(self.steps, int) or self.steps < 1:
@@ -110,6 +112,9 @@ class RunOptions:
             raise ConfigError(
                 f"--post-ahead must be 0 or more compute actions, 'step' or 'auto'; got {self.post_ahead!r}"
             )
+        if not isinstance(self.freed_memory, FreedMemory):
+            raise ConfigError(f"--freed-memory must be one of {', '.join(f.value for f in FreedMemory)}; "
+                              f"got {self.freed_memory!r}")
         if self.transport is not None and self.transport not in TRANSPORTS:
             raise ConfigError(f"transport must be one of {', '.join(TRANSPORTS)}; got {self.transport!r}")
 
@@ -349,6 +354,8 @@ class _RankState:
     def __init__(self, plan: Plan, device: torch.device):
         self.plan = plan
         self.device = device
+        # Before the first activation: whether freed blocks stay with the process (runtime.allocator).
+        self.freed_memory = configure_allocator(plan.options.freed_memory) if device.type == "cpu" else None
         # `rank` is this process's pipeline rank (its stream); `global_rank` its place in the world.
         self.global_rank = dist.get_rank()
         self.coords = plan.layout.coords(self.global_rank)
@@ -724,6 +731,7 @@ class _RankState:
             "params": {s: local_numel(st.module) for s, st in self.stages.items()},  # this rank's tp shard
             "param_bytes": {s: local_numel(st.module, bytes=True) for s, st in self.stages.items()},
             "batch_bytes": self.plan.model.inputs.nbytes + self.plan.model.targets.nbytes,
+            "freed_memory": self.freed_memory,
             "check": check,
         }
 

@@ -131,6 +131,8 @@ def gather(plan, payloads: list[dict[str, Any]], backend: str, device: torch.dev
         "process_cpu_seconds": [p["process_cpu"] for p in payloads],
         "peak_cuda_allocated_bytes": [p["peak_cuda_bytes"] for p in payloads] if device.type == "cuda" else None,
         "batch_bytes": payloads[0]["batch_bytes"],  # inputs and targets, held on every rank
+        # CPU: whether malloc kept freed activations for the next step (runtime.allocator), None on GPUs
+        "freed_memory": payloads[0]["freed_memory"],
         "parameter_bytes": parameter_bytes(plan.model),
         "loss": loss,
         "stage_costs": stages,

@@ -9,10 +9,10 @@ hand-made payloads.
 
 from __future__ import annotations
 
-import os
-
 import datetime
 import json
+import os
+import platform
 import socket
 import stat
 
@@ -85,7 +85,7 @@ def test_summary_agrees_with_its_tables_and_a_full_batch_run(run):
     # What the run directory promises (README "Running a schedule"), with this run's values.
     assert sorted(summary) == sorted([
         "backend", "batch_bytes", "batch_size", "bubble_ratio", "bubble_ratio_rank_span", "check", "chunks",
-        "clock_alignment", "clocks", "cpu_cores", "device", "layout", "loss", "makespan_median", "microbatch_sizes", "microbatches",
+        "clock_alignment", "clocks", "cpu_cores", "device", "freed_memory", "layout", "loss", "makespan_median", "microbatch_sizes", "microbatches",
         "local_world_size", "model", "parameter_bytes", "peak_activation_bytes", "peak_cuda_allocated_bytes", "placement",
         "post_ahead", "process_cpu_seconds", "python", "rank_step_starts", "ranks", "schedule", "stage_costs", "stages", "step_time_median",
         "step_times",
@@ -97,6 +97,9 @@ def test_summary_agrees_with_its_tables_and_a_full_batch_run(run):
         "gloo", "tagged", "step", "cpu")
     assert summary["torch_version"] == torch.__version__ and summary["torch_threads"] == torch.get_num_threads()
     assert summary["timeout_seconds"] == 60 and summary["peak_cuda_allocated_bytes"] is None
+    # RunOptions' default on CPU (runtime.allocator), where glibc lets it be set
+    assert summary["freed_memory"] == ("keep" if platform.libc_ver()[0] == "glibc" else
+                                       "unchanged: the C library is not glibc")
     assert summary["cpu_cores"] == len(os.sched_getaffinity(0)) and summary["local_world_size"] == 1
     assert summary["model"] == dict(model.flags) and summary["batch_size"] == SPEC.batch_size
     assert summary["step_time_median"] == pytest.approx(sum(summary["step_times"]) / 2, rel=1e-12)

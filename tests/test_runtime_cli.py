@@ -159,6 +159,14 @@ def test_bad_argument_exits_2(tmp_path):
     assert proc.returncode == 2 and "invalid int value: 'two'" in proc.stderr
 
 
+def test_a_bad_freed_memory_setting_exits_2_with_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "runtime", "--schedule", "1f1b", "--microbatches", "2",
+                           "--freed-memory", "hoard"], cwd=tmp_path, env=rank_env(), capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].endswith(
+        "argument --freed-memory: expected 'keep' or 'release'; got 'hoard'"), proc.stderr
+
+
 def test_two_nodes_with_c10d_rendezvous_pass_check(tmp_path):
     """Two torchrun agents, one rank each, meeting through a c10d rendezvous on 127.0.0.1."""
     port = free_port()
