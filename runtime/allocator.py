@@ -6,9 +6,9 @@ at 128 KiB straight from the kernel and unmaps them when freed, and gives the to
 back once more than twice that threshold lies free there. A pipeline step allocates its
 activations in the forwards and frees them in the backwards, so every step the kernel maps,
 faults in and zeroes them again, page by page: the more activations a schedule holds, the slower
-its compute. Measured on gpt with 256 rows per microbatch at p=2 (README, "Freed memory kept"),
-GPipe m=8 (4.3 GB of activations per rank) stepped x1.3 slower than 1F1B m=8 with memory handed
-back and x0.96 with it kept. A GPU run knows no such cost (torch's CUDA caching allocator keeps
+its compute. Measured on gpt with 256 rows per microbatch at p=2 (README, "Freed memory kept";
+bench/freed_memory.py), GPipe m=8 (4.6 GB of activations per rank) stepped x1.43 of 1F1B m=8's
+(1.1 GB) with memory handed back and x1.00 with it kept. A GPU run knows no such cost (torch's CUDA caching allocator keeps
 freed blocks), so the executor keeps them on CPU too, unless told to hand them back.
 
 Kept means (mallopt, glibc's malloc.h): blocks up to 32 MiB (glibc's largest threshold on 64-bit)
@@ -41,8 +41,8 @@ class FreedMemory(str, enum.Enum):
 def configure(freed: FreedMemory) -> str:
     """Set this process's malloc for `freed` and say what was done, for the run's summary:
     "keep" or "release", or why nothing could be set (not glibc). Release leaves glibc's
-    defaults as they are; a process that was told to keep cannot go back (so the executor
-    configures once, before the first tensor)."""
+    defaults as they are, so a process told to keep does not go back (the executor sets it
+    once per rank, before the first activation)."""
     if freed is FreedMemory.RELEASE:
         return FreedMemory.RELEASE.value
     libc = _glibc()
