@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,16 +31,10 @@ SETTINGS = ("keep", "release")
 MODEL = ["--model", "gpt", "--layers", "8", "--hidden", "128", "--heads", "4", "--seq-len", "64", "--vocab", "256"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch(out: Path, schedule: str, setting: str, args: argparse.Namespace) -> dict:
     """One executor run; returns its step time, peak activation bytes and minor faults per step."""
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(args.p),
-               "--master-port", str(free_port()), "-m", "runtime", "--schedule", schedule,
+               "--standalone", "-m", "runtime", "--schedule", schedule,
                "--microbatches", str(args.m), *MODEL, "--batch-size", str(args.rows * args.m),
                "--steps", str(args.steps), "--warmup", str(args.warmup), "--freed-memory", setting, "--out", str(out)]
     faults = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
